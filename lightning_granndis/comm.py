@@ -1,0 +1,435 @@
+"""The communication layer: the one module that calls ``torch.distributed``.
+
+Every collective and point-to-point operation of the package goes through a
+:class:`Communicator`, which books it in a :class:`~lightning_granndis.ledger.CommLedger` by
+link class (intra-/inter-server, from the :class:`~lightning_granndis.topology.ServerTopology`)
+and purpose, and can *emulate* a slow inter-server link by delaying each operation that crosses
+servers to at least the duration its :class:`~lightning_granndis.link_model.LinkModel` predicts.
+
+Byte conventions (bytes this rank *sends*, per peer of the group; ``S`` = the tensor's bytes,
+``n`` = group size, ``c_j`` = the bytes of chunk ``j`` when the tensor is split into ``n`` near-equal
+chunks as :func:`torch.tensor_split` splits it):
+
+==================  ===========================================================================
+``all_reduce``      reduce-scatter + all-gather, pairwise: ``c_j + c_i`` to peer ``j`` (rank = index ``i``)
+``all_gather``      ``S`` to every peer
+``all_to_all``      the rows of ``send_splits[j]`` to peer ``j``
+``broadcast``       the source sends ``S`` to every peer; the others send nothing
+``reduce``          every rank but the destination sends ``S`` to it
+``reduce_scatter``  ``c_j`` (rows) to peer ``j``
+``send``/``isend``  ``S`` to the destination
+==================  ===========================================================================
+
+With this convention a flat all-reduce over ``N`` servers of ``G`` devices sends
+``2(N-1)G·S`` bytes across servers in all, a hierarchical one ``2(N-1)·S``: ``G`` times less.
+Measured wall seconds of an operation are booked to the slowest link class it used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from lightning_granndis.ledger import CommLedger
+from lightning_granndis.link_model import LinkModel
+from lightning_granndis.topology import ServerTopology
+
+_REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
+
+
+# ---------------------------------------------------------------------- process-level helpers
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def get_backend() -> str | None:
+    return dist.get_backend() if is_initialized() else None
+
+
+def default_backend(device: torch.device | str | None = None) -> str:
+    """``nccl`` for CUDA devices, ``gloo`` otherwise."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def init_from_env(backend: str | None = None, timeout_s: float = 300.0) -> None:
+    """Initialises the default process group from torchrun's environment variables.
+
+    For scripts outside Lightning (Lightning's strategies initialise the group themselves).
+    Picks the backend from the accelerator and, under NCCL, binds the process to ``LOCAL_RANK``'s GPU.
+    """
+    if is_initialized():
+        return
+    backend = backend or default_backend()
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+
+
+def destroy() -> None:
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def new_group(ranks: Sequence[int]):
+    """A process group over ``ranks`` (collective over the world); ``None`` when not distributed."""
+    if not is_initialized():
+        return None
+    return dist.new_group(ranks=list(ranks))
+
+
+def group_ranks(group=None) -> list[int]:
+    if not is_initialized():
+        return [0]
+    if group is None:
+        return list(range(dist.get_world_size()))
+    return list(dist.get_process_group_ranks(group))
+
+
+def gather_objects(obj, group=None) -> list:
+    """Every rank's ``obj`` (pickled), on every rank. Control traffic: not booked."""
+    if not is_initialized():
+        return [obj]
+    out = [None] * len(group_ranks(group))
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def barrier(group=None) -> None:
+    if is_initialized():
+        dist.barrier(group=group)
+
+
+def _chunk_sizes(total: int, parts: int) -> list[int]:
+    """Sizes of :func:`torch.tensor_split` into ``parts`` near-equal chunks."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _sync(tensor: torch.Tensor) -> None:
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+
+
+def _reduce_op(op: str):
+    if op not in _REDUCE_OPS and op != "avg":
+        raise ValueError(f"unknown reduce op {op!r}; expected one of {', '.join([*_REDUCE_OPS, 'avg'])}.")
+    return getattr(dist.ReduceOp, _REDUCE_OPS.get(op, "SUM"))
+
+
+# ---------------------------------------------------------------------- the communicator
+class Communicator:
+    """Booked, optionally emulated, wrappers around ``torch.distributed``.
+
+    Args:
+        topology: which ranks share a server. Defaults to one server spanning the world.
+        link_model: the link model (or a preset name) for modelled time and emulation.
+        emulate: delay every operation that crosses servers to at least its modelled duration.
+        ledger: where to book; a fresh :class:`CommLedger` by default.
+
+    Every wrapper takes ``purpose`` (``"halo"``, ``"grad_sync"``, …) and ``group`` (a process group
+    from the topology; ``None`` = the world). Ranks (``src``, ``dst``) are global ranks. Outside a
+    distributed run, or on a group of one rank, the wrappers return their input and book nothing.
+    """
+
+    def __init__(
+        self,
+        topology: ServerTopology | None = None,
+        link_model: LinkModel | str | dict | None = None,
+        emulate: bool = False,
+        ledger: CommLedger | None = None,
+    ) -> None:
+        self.topology = topology or ServerTopology(world_size=get_world_size())
+        self.link_model = LinkModel.resolve(link_model)
+        self.emulate = emulate
+        self.ledger = ledger if ledger is not None else CommLedger()
+        self.emulated_delay_s = 0.0
+
+    @property
+    def rank(self) -> int:
+        return get_rank()
+
+    # ------------------------------------------------------------------ booking
+    def _sharers(self, inter_senders: Sequence[int]) -> int:
+        me = self.topology.server_of(self.rank)
+        return sum(1 for r in inter_senders if self.topology.server_of(r) == me)
+
+    def _book(
+        self,
+        purpose: str,
+        sent: dict[int, int],
+        received: dict[int, int],
+        wall: float,
+        inter_senders: Sequence[int],
+    ) -> float:
+        """Books one finished operation; sleeps when emulating. Returns the wall time incl. delay."""
+        per_link: dict[str, list[int]] = {"intra": [0, 0, 0], "inter": [0, 0, 0]}  # sent, received, messages
+        for peer, nbytes in sent.items():
+            cell = per_link[self.topology.link(self.rank, peer)]
+            cell[0] += nbytes
+            cell[2] += 1 if nbytes > 0 else 0
+        for peer, nbytes in received.items():
+            per_link[self.topology.link(self.rank, peer)][1] += nbytes
+        sharers = {"intra": 1, "inter": max(1, self._sharers(inter_senders))}
+        modelled = {lk: self.link_model.time(lk, c[0], c[2], sharers[lk]) for lk, c in per_link.items()}
+        slowest = "inter" if per_link["inter"][0] or per_link["inter"][1] else "intra"
+        if self.emulate and slowest == "inter":
+            target = max(modelled.values())
+            if target > wall:
+                time.sleep(target - wall)
+                self.emulated_delay_s += target - wall
+                wall = target
+        for lk, (nbytes, nrecv, msgs) in per_link.items():
+            if nbytes or nrecv or lk == slowest:
+                self.ledger.book(
+                    lk,
+                    purpose,
+                    nbytes=nbytes,
+                    bytes_received=nrecv,
+                    messages=msgs,
+                    seconds=wall if lk == slowest else 0.0,
+                    modelled_seconds=modelled[lk],
+                    ops=1 if lk == slowest else 0,
+                )
+        return wall
+
+    def _timed(self, tensor: torch.Tensor, fn: Callable[[], object]) -> tuple[object, float]:
+        _sync(tensor)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(tensor)
+        return out, time.perf_counter() - t0
+
+    def _inter_members(self, ranks: list[int]) -> list[int]:
+        """Members of a symmetric collective that have a peer on another server."""
+        servers = {self.topology.server_of(r) for r in ranks}
+        return ranks if len(servers) > 1 else []
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, tensor: torch.Tensor, purpose: str = "other", group=None, op: str = "sum") -> torch.Tensor:
+        """In-place all-reduce (``op`` in sum, avg, max, min, product); returns ``tensor``."""
+        ranks = group_ranks(group)
+        reduce_op = _reduce_op(op)
+        if len(ranks) == 1:
+            return tensor
+        n, i = len(ranks), ranks.index(self.rank)
+        es = tensor.element_size()
+        chunks = _chunk_sizes(tensor.numel(), n)
+        traffic = {ranks[j]: (chunks[j] + chunks[i]) * es for j in range(n) if j != i}
+        _, wall = self._timed(tensor, lambda: dist.all_reduce(tensor, op=reduce_op, group=group))
+        self._book(purpose, traffic, traffic, wall, self._inter_members(ranks))
+        if op == "avg":
+            tensor.div_(n)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, purpose: str = "other", group=None) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (all of one shape), in group order."""
+        ranks = group_ranks(group)
+        if len(ranks) == 1:
+            return [tensor]
+        out = [torch.empty_like(tensor) for _ in ranks]
+        nbytes = tensor.numel() * tensor.element_size()
+        traffic = {r: nbytes for r in ranks if r != self.rank}
+        _, wall = self._timed(tensor, lambda: dist.all_gather(out, tensor.contiguous(), group=group))
+        self._book(purpose, traffic, traffic, wall, self._inter_members(ranks))
+        return out
+
+    def exchange_counts(self, send_splits: Sequence[int], purpose: str = "other", group=None) -> list[int]:
+        """Tells every peer how many rows it will receive from this rank (a small all-to-all)."""
+        counts = torch.tensor(list(send_splits), dtype=torch.long)
+        out, _ = self.all_to_all(counts, [1] * len(counts), purpose, group, recv_splits=[1] * len(counts))
+        return out.tolist()
+
+    def all_to_all(
+        self,
+        tensor: torch.Tensor,
+        send_splits: Sequence[int],
+        purpose: str = "other",
+        group=None,
+        recv_splits: Sequence[int] | None = None,
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Sends ``send_splits[j]`` consecutive rows of ``tensor`` to the group's ``j``-th rank.
+
+        Splits may be uneven. Without ``recv_splits`` the counts are exchanged first (booked too).
+        Returns the received rows, concatenated in group order, and the ``recv_splits``.
+        """
+        ranks = group_ranks(group)
+        send_splits = [int(s) for s in send_splits]
+        if len(send_splits) != len(ranks):
+            raise ValueError(f"all_to_all needs one split per rank of the group ({len(ranks)}), got {len(send_splits)}.")
+        if sum(send_splits) != tensor.shape[0]:
+            raise ValueError(f"send_splits sum to {sum(send_splits)} rows but the tensor has {tensor.shape[0]}.")
+        if len(ranks) == 1:
+            return tensor, send_splits
+        if recv_splits is None:
+            recv_splits = self.exchange_counts(send_splits, purpose, group)
+        recv_splits = [int(s) for s in recv_splits]
+        row = (tensor.numel() // max(1, tensor.shape[0])) * tensor.element_size()
+        out = tensor.new_empty((sum(recv_splits), *tensor.shape[1:]))
+        src = tensor.contiguous()
+        _, wall = self._timed(
+            tensor, lambda: dist.all_to_all_single(out, src, recv_splits, send_splits, group=group)
+        )
+        sent = {r: send_splits[j] * row for j, r in enumerate(ranks) if r != self.rank}
+        received = {r: recv_splits[j] * row for j, r in enumerate(ranks) if r != self.rank}
+        self._book(purpose, sent, received, wall, self._inter_members(ranks))
+        return out, recv_splits
+
+    def broadcast(self, tensor: torch.Tensor, src: int, purpose: str = "other", group=None) -> torch.Tensor:
+        """In-place broadcast from global rank ``src``."""
+        ranks = group_ranks(group)
+        if len(ranks) == 1:
+            return tensor
+        if src not in ranks:
+            raise ValueError(f"broadcast source {src} is not in the group {ranks}.")
+        nbytes = tensor.numel() * tensor.element_size()
+        sent = {r: nbytes for r in ranks if r != src} if self.rank == src else {}
+        received = {} if self.rank == src else {src: nbytes}
+        src_server = self.topology.server_of(src)
+        crosses = any(self.topology.server_of(r) != src_server for r in ranks)
+        _, wall = self._timed(tensor, lambda: dist.broadcast(tensor, src=src, group=group))
+        self._book(purpose, sent, received, wall, [src] if crosses else [])
+        return tensor
+
+    def reduce(self, tensor: torch.Tensor, dst: int, purpose: str = "other", group=None, op: str = "sum") -> torch.Tensor:
+        """Reduces into global rank ``dst`` in place (other ranks' tensors are left unspecified)."""
+        ranks = group_ranks(group)
+        reduce_op = _reduce_op(op)
+        if len(ranks) == 1:
+            return tensor
+        if dst not in ranks:
+            raise ValueError(f"reduce destination {dst} is not in the group {ranks}.")
+        nbytes = tensor.numel() * tensor.element_size()
+        sent = {} if self.rank == dst else {dst: nbytes}
+        received = {r: nbytes for r in ranks if r != dst} if self.rank == dst else {}
+        dst_server = self.topology.server_of(dst)
+        senders = [r for r in ranks if r != dst and self.topology.server_of(r) != dst_server]
+        _, wall = self._timed(tensor, lambda: dist.reduce(tensor, dst=dst, op=reduce_op, group=group))
+        self._book(purpose, sent, received, wall, senders)
+        if op == "avg" and self.rank == dst:
+            tensor.div_(len(ranks))
+        return tensor
+
+    def reduce_scatter(self, tensor: torch.Tensor, purpose: str = "other", group=None) -> torch.Tensor:
+        """Sums ``tensor`` over the group and returns this rank's row chunk of the sum.
+
+        Rows are split into near-equal chunks as :func:`torch.tensor_split` splits them.
+        Implemented as a pairwise all-to-all plus a local sum, which every backend supports.
+        """
+        ranks = group_ranks(group)
+        if len(ranks) == 1:
+            return tensor
+        i = ranks.index(self.rank)
+        chunks = _chunk_sizes(tensor.shape[0], len(ranks))
+        received, _ = self.all_to_all(tensor, chunks, purpose, group, recv_splits=[chunks[i]] * len(ranks))
+        return received.view(len(ranks), chunks[i], *tensor.shape[1:]).sum(0)
+
+    # ------------------------------------------------------------------ point to point
+    def isend(self, tensor: torch.Tensor, dst: int, purpose: str = "other", group=None) -> "BookedWork":
+        nbytes = tensor.numel() * tensor.element_size()
+        _sync(tensor)
+        work = dist.isend(tensor.contiguous(), dst=dst, group=group)
+        return BookedWork(self, work, tensor, purpose, sent={dst: nbytes}, received={}, senders=[self.rank])
+
+    def irecv(self, tensor: torch.Tensor, src: int, purpose: str = "other", group=None) -> "BookedWork":
+        nbytes = tensor.numel() * tensor.element_size()
+        work = dist.irecv(tensor, src=src, group=group)
+        return BookedWork(self, work, tensor, purpose, sent={}, received={src: nbytes}, senders=[src])
+
+    def send(self, tensor: torch.Tensor, dst: int, purpose: str = "other", group=None) -> None:
+        self.isend(tensor, dst, purpose, group).wait()
+
+    def recv(self, tensor: torch.Tensor, src: int, purpose: str = "other", group=None) -> torch.Tensor:
+        self.irecv(tensor, src, purpose, group).wait()
+        return tensor
+
+    # ------------------------------------------------------------------ autograd-aware
+    def exchange(
+        self,
+        tensor: torch.Tensor,
+        send_splits: Sequence[int],
+        purpose: str = "halo",
+        group=None,
+        recv_splits: Sequence[int] | None = None,
+    ) -> torch.Tensor:
+        """:meth:`all_to_all` through which gradients flow back (the reverse all-to-all)."""
+        if recv_splits is None and len(group_ranks(group)) > 1:
+            recv_splits = self.exchange_counts(send_splits, purpose, group)
+        return _AllToAll.apply(tensor, self, list(send_splits), recv_splits, purpose, group)
+
+    def all_gather_autograd(self, tensor: torch.Tensor, purpose: str = "other", group=None) -> torch.Tensor:
+        """Concatenation of every rank's ``tensor`` along dim 0; backward is a reduce-scatter."""
+        return _AllGather.apply(tensor, self, purpose, group)
+
+    def all_reduce_autograd(self, tensor: torch.Tensor, purpose: str = "other", group=None) -> torch.Tensor:
+        """Sum over the group; backward sums the gradients over the group."""
+        return _AllReduce.apply(tensor, self, purpose, group)
+
+
+class BookedWork:
+    """An in-flight isend/irecv that books itself in the ledger when waited on."""
+
+    def __init__(self, comm, work, tensor, purpose, sent, received, senders) -> None:
+        self._comm, self._work, self._tensor = comm, work, tensor
+        self._purpose, self._sent, self._received, self._senders = purpose, sent, received, senders
+        self._t0 = time.perf_counter()
+        self._done = False
+
+    def wait(self) -> None:
+        if self._done:
+            return
+        self._work.wait()
+        _sync(self._tensor)
+        wall = time.perf_counter() - self._t0
+        self._comm._book(self._purpose, self._sent, self._received, wall, self._senders)
+        self._done = True
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm, send_splits, recv_splits, purpose, group):
+        ctx.comm, ctx.splits, ctx.purpose, ctx.group = comm, (send_splits, recv_splits), purpose, group
+        out, _ = comm.all_to_all(tensor, send_splits, purpose, group, recv_splits=recv_splits)
+        return out.clone() if out is tensor else out
+
+    @staticmethod
+    def backward(ctx, grad):
+        send_splits, recv_splits = ctx.splits
+        back, _ = ctx.comm.all_to_all(grad.contiguous(), recv_splits, ctx.purpose, ctx.group, recv_splits=send_splits)
+        return back, None, None, None, None, None
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm, purpose, group):
+        ctx.comm, ctx.purpose, ctx.group = comm, purpose, group
+        return torch.cat(comm.all_gather(tensor.contiguous(), purpose, group), dim=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.comm.reduce_scatter(grad.contiguous(), ctx.purpose, ctx.group), None, None, None
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, comm, purpose, group):
+        ctx.comm, ctx.purpose, ctx.group = comm, purpose, group
+        return comm.all_reduce(tensor.clone(), purpose, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.comm.all_reduce(grad.clone(), ctx.purpose, ctx.group), None, None, None

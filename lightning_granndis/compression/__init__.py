@@ -1,0 +1,1 @@
+"""compression algorithms (plain torch): see the project's open issues."""

@@ -1,0 +1,1 @@
+"""distill algorithms (plain torch): see the project's open issues."""

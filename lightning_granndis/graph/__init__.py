@@ -1,0 +1,1 @@
+"""graph algorithms (plain torch): see the project's open issues."""

@@ -1,0 +1,180 @@
+"""Bandwidth and latency of the two link classes, and the time they model.
+
+The papers behind this package ran on clusters whose inter-server link is far slower than the
+link between GPUs of one server (GraNNDis, PACT'24, §8.1: NVLink 112 GB/s inside, InfiniBand QDR
+32 Gbit/s between). A :class:`LinkModel` turns bytes booked in the :class:`~lightning_granndis.
+ledger.CommLedger` into the time such a cluster would need:
+
+.. math::
+    t = \\lambda_c + \\frac{b \\cdot s}{\\beta_c}
+
+for link class :math:`c` with latency :math:`\\lambda_c`, bandwidth :math:`\\beta_c`, ``b`` bytes and
+``s`` ranks of one server sending through the server's network card at once (``sharers``;
+the inter-server link is one card per server, shared by its devices).
+
+Because this machine computes far slower than the papers' GPUs, a model can be *scaled*: every
+bandwidth is divided by ``factor = reference FLOP/s / local FLOP/s``, so an emulated run keeps the
+reference cluster's compute-to-communication ratio.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One link class: ``bandwidth`` in bytes/s, ``latency`` in seconds, a human ``name``."""
+
+    bandwidth: float
+    latency: float
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth > 0:
+            raise ValueError(f"link bandwidth must be positive, got {self.bandwidth} bytes/s.")
+        if self.latency < 0:
+            raise ValueError(f"link latency must be non-negative, got {self.latency} s.")
+
+
+#: Peak dense FP32 throughput of reference accelerators, FLOP/s (vendor data sheets).
+REFERENCE_FLOPS: dict[str, float] = {
+    "rtx_a6000": 38.7e12,  # GraNNDis' cluster (PACT'24, Table 2)
+    "rtx_2080ti": 13.4e12,  # GraNNDis' low-end cluster (§8.4)
+    "v100": 15.7e12,
+    "a100": 19.5e12,
+    "h100": 67.0e12,
+    "h200": 67.0e12,
+}
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """Modelled cost of the intra-server and inter-server links.
+
+    Args:
+        intra: the link between devices of one server.
+        inter: one server's network card to another server (shared by the server's devices).
+        name: a label for tables and plots.
+        scale: every bandwidth is divided by this factor (1 = the real cluster).
+
+    Build one from a preset with :meth:`preset` (``granndis_paper``, ``10gbe``, ``1gbe``) or with
+    :meth:`custom`.
+    """
+
+    intra: LinkSpec
+    inter: LinkSpec
+    name: str = "custom"
+    scale: float = 1.0
+
+    PRESETS = ("granndis_paper", "10gbe", "1gbe")
+
+    @classmethod
+    def preset(cls, name: str) -> "LinkModel":
+        key = name.lower().replace("-", "_")
+        nvlink = LinkSpec(112 * GB, 5e-6, "NVLink bridge 112 GB/s")
+        if key == "granndis_paper":
+            return cls(nvlink, LinkSpec(32e9 / 8, 2e-6, "InfiniBand QDR 32 Gbit/s"), "granndis_paper")
+        if key == "10gbe":
+            return cls(nvlink, LinkSpec(10e9 / 8, 30e-6, "10 GbE"), "10gbe")
+        if key == "1gbe":
+            pcie = LinkSpec(16 * GB, 5e-6, "PCIe 3.0 x16 16 GB/s")
+            return cls(pcie, LinkSpec(1e9 / 8, 50e-6, "1 GbE"), "1gbe")
+        raise ValueError(
+            f"Unknown link preset {name!r}. Known presets: {', '.join(cls.PRESETS)}; or build one with "
+            f"LinkModel.custom(intra_gbps=..., inter_gbps=...)."
+        )
+
+    @classmethod
+    def custom(
+        cls,
+        intra_gbps: float,
+        inter_gbps: float,
+        intra_latency_us: float = 5.0,
+        inter_latency_us: float = 10.0,
+        name: str = "custom",
+    ) -> "LinkModel":
+        """A model from bandwidths in Gbit/s and latencies in microseconds."""
+        return cls(
+            LinkSpec(intra_gbps * 1e9 / 8, intra_latency_us * 1e-6, f"{intra_gbps:g} Gbit/s"),
+            LinkSpec(inter_gbps * 1e9 / 8, inter_latency_us * 1e-6, f"{inter_gbps:g} Gbit/s"),
+            name,
+        )
+
+    @classmethod
+    def resolve(cls, spec: "LinkModel | str | dict | None") -> "LinkModel":
+        """Accepts a model, a preset name, or a dict of :meth:`custom`'s arguments (for YAML)."""
+        if spec is None:
+            return cls.preset("granndis_paper")
+        if isinstance(spec, LinkModel):
+            return spec
+        if isinstance(spec, str):
+            return cls.preset(spec)
+        if isinstance(spec, dict):
+            return cls.custom(**spec)
+        raise TypeError(f"link_model must be a LinkModel, a preset name or a dict, got {type(spec).__name__}.")
+
+    # ------------------------------------------------------------------ time
+    def spec(self, link: str) -> LinkSpec:
+        if link == "intra":
+            return self.intra
+        if link == "inter":
+            return self.inter
+        raise ValueError(f"unknown link class {link!r}; expected 'intra' or 'inter'.")
+
+    def bandwidth(self, link: str) -> float:
+        """Effective bandwidth in bytes/s after scaling."""
+        return self.spec(link).bandwidth / self.scale
+
+    def time(self, link: str, nbytes: int, messages: int = 1, sharers: int = 1) -> float:
+        """Modelled seconds to move ``nbytes`` over ``link``; zero when nothing is sent."""
+        if nbytes <= 0 or messages <= 0:
+            return 0.0
+        return self.spec(link).latency + nbytes * max(1, sharers) / self.bandwidth(link)
+
+    # ------------------------------------------------------------------ scaling
+    def scaled(self, factor: float) -> "LinkModel":
+        if not factor > 0:
+            raise ValueError(f"scale factor must be positive, got {factor}.")
+        return replace(self, scale=self.scale * factor)
+
+    def scaled_to_reference(self, reference: str | float, local_flops: float | None = None) -> "LinkModel":
+        """Scales bandwidths so that this machine's compute/communication ratio matches a reference.
+
+        Args:
+            reference: a name from :data:`REFERENCE_FLOPS` or a FLOP/s figure.
+            local_flops: this machine's measured FLOP/s; measured with :func:`measure_local_flops`
+                when omitted.
+        """
+        if isinstance(reference, str):
+            if reference not in REFERENCE_FLOPS:
+                raise ValueError(f"Unknown reference accelerator {reference!r}; known: {', '.join(REFERENCE_FLOPS)}.")
+            reference = REFERENCE_FLOPS[reference]
+        local = local_flops if local_flops is not None else measure_local_flops()
+        return self.scaled(reference / local)
+
+    def describe(self) -> str:
+        text = (
+            f"{self.name}: intra {self.intra.bandwidth / GB:.3g} GB/s ({self.intra.name}), "
+            f"inter {self.inter.bandwidth / GB:.3g} GB/s ({self.inter.name})"
+        )
+        if self.scale != 1.0:
+            text += f", bandwidths scaled down {self.scale:.3g}x to this machine's compute speed"
+        return text
+
+
+def measure_local_flops(n: int = 512, repeats: int = 5) -> float:
+    """This process's dense float32 matmul throughput in FLOP/s (best of ``repeats``)."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best

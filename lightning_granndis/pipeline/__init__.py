@@ -1,0 +1,1 @@
+"""pipeline algorithms (plain torch): see the project's open issues."""

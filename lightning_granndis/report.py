@@ -1,0 +1,81 @@
+"""Tables and plots of communication breakdowns (shared by callbacks and benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_granndis.ledger import CommLedger
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured markdown table; floats get 4 significant digits."""
+
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, body)])
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+BREAKDOWN_HEADERS = ("link", "purpose", "bytes (all ranks)", "size", "ops/rank", "measured s/rank", "modelled s/rank")
+
+
+def breakdown_rows(merged: CommLedger, ranks: int) -> list[list[object]]:
+    """Rows of :data:`BREAKDOWN_HEADERS` from the sum of all ranks' ledgers, plus a total row."""
+    rows: list[list[object]] = []
+    for (link, purpose), cell in merged.cells().items():
+        rows.append(
+            [link, purpose, cell.bytes, human_bytes(cell.bytes), cell.ops / ranks, cell.seconds / ranks,
+             cell.modelled_seconds / ranks]
+        )
+    total = merged.total()
+    rows.append(["all", "all", total.bytes, human_bytes(total.bytes), total.ops / ranks, total.seconds / ranks,
+                 total.modelled_seconds / ranks])
+    return rows
+
+
+def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str) -> Path:
+    """Saves a bar chart of bytes and seconds per (link, purpose) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = merged.cells()
+    labels = [f"{lk}\n{pp}" for lk, pp in cells]
+    colours = ["tab:blue" if lk == "intra" else "tab:red" for lk, _ in cells]
+    fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(labels) + 4), 4))
+    xs = range(len(labels))
+    ax_b.bar(xs, [c.bytes / 1e6 for c in cells.values()], color=colours)
+    ax_b.set_ylabel("MB sent (all ranks)")
+    ax_b.set_title("bytes by link and purpose")
+    width = 0.4
+    ax_t.bar([x - width / 2 for x in xs], [c.seconds / ranks for c in cells.values()], width, label="measured")
+    ax_t.bar([x + width / 2 for x in xs], [c.modelled_seconds / ranks for c in cells.values()], width,
+             label="modelled")
+    ax_t.set_ylabel("seconds per rank")
+    ax_t.set_title("time by link and purpose")
+    ax_t.legend()
+    for ax in (ax_b, ax_t):
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(labels, fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

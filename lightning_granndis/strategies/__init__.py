@@ -1,0 +1,26 @@
+"""Lightning strategies of the suite; importing :mod:`lightning_granndis` registers their names."""
+
+from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
+from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
+
+#: Every strategy class the package defines, in registration order.
+STRATEGIES = (ServerAwareDDPStrategy,)
+
+
+def register_strategies() -> list[str]:
+    """Registers every strategy name with Lightning's ``StrategyRegistry`` (idempotent)."""
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    before = set(StrategyRegistry)
+    for cls in STRATEGIES:
+        cls.register_strategies(StrategyRegistry)
+    return sorted(set(StrategyRegistry) - before) or registered_names()
+
+
+def registered_names() -> list[str]:
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return sorted(n for n, d in StrategyRegistry.items() if d["strategy"] in STRATEGIES)
+
+
+__all__ = ["STRATEGIES", "SafeCheckpointIO", "ServerAwareDDPStrategy", "register_strategies", "registered_names"]
