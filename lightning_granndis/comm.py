@@ -177,15 +177,23 @@ class Communicator:
         inter_senders: Sequence[int],
     ) -> float:
         """Books one finished operation; sleeps when emulating. Returns the wall time incl. delay."""
-        per_link: dict[str, list[int]] = {"intra": [0, 0, 0], "inter": [0, 0, 0]}  # sent, received, messages
+        # per link class: bytes sent, bytes received, messages sent, messages received
+        per_link: dict[str, list[int]] = {"intra": [0, 0, 0, 0], "inter": [0, 0, 0, 0]}
         for peer, nbytes in sent.items():
             cell = per_link[self.topology.link(self.rank, peer)]
             cell[0] += nbytes
             cell[2] += 1 if nbytes > 0 else 0
         for peer, nbytes in received.items():
-            per_link[self.topology.link(self.rank, peer)][1] += nbytes
+            cell = per_link[self.topology.link(self.rank, peer)]
+            cell[1] += nbytes
+            cell[3] += 1 if nbytes > 0 else 0
         sharers = {"intra": 1, "inter": max(1, self._sharers(inter_senders))}
-        modelled = {lk: self.link_model.time(lk, c[0], c[2], sharers[lk]) for lk, c in per_link.items()}
+        # A transfer takes the link's time at both ends: the larger of what this rank pushes through
+        # its (shared) card and what it receives decides.
+        modelled = {
+            lk: self.link_model.time(lk, max(c[0] * sharers[lk], c[1]), max(c[2], c[3]))
+            for lk, c in per_link.items()
+        }
         slowest = "inter" if per_link["inter"][0] or per_link["inter"][1] else "intra"
         if self.emulate and slowest == "inter":
             target = max(modelled.values())
@@ -193,7 +201,7 @@ class Communicator:
                 time.sleep(target - wall)
                 self.emulated_delay_s += target - wall
                 wall = target
-        for lk, (nbytes, nrecv, msgs) in per_link.items():
+        for lk, (nbytes, nrecv, msgs, _) in per_link.items():
             if nbytes or nrecv or lk == slowest:
                 self.ledger.book(
                     lk,
