@@ -91,6 +91,8 @@ class CommMonitor(Callback):
         if communicator is None:
             return
         parts = [CommLedger.from_dict(d) for d in comm.gather_objects(communicator.ledger.to_dict())]
+        # trainer.log_dir is a collective (it broadcasts from rank 0): every rank asks for it.
+        dirpath = Path(self.dirpath or trainer.log_dir or trainer.default_root_dir)
         if not trainer.is_global_zero:
             return
         merged = CommLedger.merged(parts)
@@ -100,7 +102,6 @@ class CommMonitor(Callback):
                 f"links: {link_model.describe()} [{mode}]"
         rows = breakdown_rows(merged, len(parts))
         table = markdown_table(BREAKDOWN_HEADERS, rows)
-        dirpath = Path(self.dirpath or trainer.log_dir or trainer.default_root_dir)
         dirpath.mkdir(parents=True, exist_ok=True)
         png = plot_breakdown(merged, len(parts), dirpath / "comm_breakdown.png", title)
         self.summary = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any, Callable, Optional
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -28,8 +29,10 @@ class SafeCheckpointIO(TorchCheckpointIO):
         try:
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as err:
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+            what = f" (it holds {found.group(1)})" if found else ""
             raise RuntimeError(
-                f"Checkpoint {path} holds Python objects that a weights-only load refuses ({err}). "
+                f"Checkpoint {path} holds Python objects that a weights-only load refuses{what}. "
                 "Keep only tensors and plain containers in `on_save_checkpoint`/hyperparameters, or, if you "
                 "trust the file, load it with `trainer.fit(..., weights_only=False)`."
             ) from err
