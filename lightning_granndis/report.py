@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str)
     for ax in (ax_b, ax_t):
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

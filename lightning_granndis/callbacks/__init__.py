@@ -1,5 +1,6 @@
 """Callbacks of the suite."""
 
 from lightning_granndis.callbacks.comm_monitor import CommMonitor
+from lightning_granndis.callbacks.step_timer import StepTimer
 
-__all__ = ["CommMonitor"]
+__all__ = ["CommMonitor", "StepTimer"]
