@@ -1,5 +1,6 @@
 """DataModules: real loaders with offline embedded defaults."""
 
 from lightning_granndis.datamodules.digits import DigitsDataModule
+from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 
-__all__ = ["DigitsDataModule"]
+__all__ = ["DigitsDataModule", "OGBNodeDataModule"]

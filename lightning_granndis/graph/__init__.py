@@ -1,1 +1,5 @@
-"""graph algorithms (plain torch): see the project's open issues."""
+"""Graph algorithms in plain torch: validation, partitioning, neighbour sampling."""
+
+from lightning_granndis.graph.validation import GraphValidationError, validate_graph
+
+__all__ = ["GraphValidationError", "validate_graph"]

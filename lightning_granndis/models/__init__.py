@@ -1,5 +1,6 @@
 """Reference LightningModules."""
 
+from lightning_granndis.models.gnn import GNNNodeClassifier
 from lightning_granndis.models.mlp import MLPClassifier
 
-__all__ = ["MLPClassifier"]
+__all__ = ["GNNNodeClassifier", "MLPClassifier"]
