@@ -1,0 +1,187 @@
+"""A CSR neighbour sampler in plain, vectorised torch.
+
+PyG's ``NeighborLoader`` needs pyg-lib or torch-sparse, which have no wheels for the torch this
+package is built with; this sampler stands in. It grows a subgraph hop by hop from seed vertices
+(each newly reached vertex is expanded once, as in ShaDow-style subgraph sampling), keeping per
+hop either every neighbour (``fanout=-1``) or ``fanout`` of them drawn without replacement,
+uniformly (GraphSAGE) or proportionally to the neighbour's degree.
+
+For GraNNDis' Expansion-aware Sampling (PACT'24, §5.3), a vertex set ``inside`` can be given:
+edges between two inside vertices are always kept, and only edges leaving the set count against
+the fan-out.
+
+No Python loop runs over vertices: per hop, the frontier's neighbour lists are gathered with
+``repeat_interleave``, random keys are drawn for every candidate edge, and the ``fanout`` smallest
+keys of each vertex are found with two stable sorts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class CSRGraph:
+    """In-neighbour lists: the neighbours of ``v`` are ``col[rowptr[v]:rowptr[v + 1]]``, i.e. the
+    sources ``u`` of edges ``u → v`` (PyG's ``source_to_target`` flow)."""
+
+    rowptr: torch.Tensor
+    col: torch.Tensor
+    num_nodes: int
+
+    @classmethod
+    def from_edge_index(cls, edge_index: torch.Tensor, num_nodes: int) -> "CSRGraph":
+        src, dst = edge_index
+        order = torch.argsort(dst * num_nodes + src)
+        rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        rowptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
+        return cls(rowptr, src[order].contiguous(), num_nodes)
+
+    @property
+    def degree(self) -> torch.Tensor:
+        return self.rowptr[1:] - self.rowptr[:-1]
+
+    def neighbours(self, vertices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(owner, neighbour)`` of every neighbour slot of ``vertices``; ``owner`` indexes
+        ``vertices``."""
+        starts = self.rowptr[vertices]
+        deg = self.rowptr[vertices + 1] - starts
+        owner = torch.repeat_interleave(torch.arange(len(vertices)), deg)
+        offset = torch.arange(int(deg.sum())) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+        return owner, self.col[starts[owner] + offset]
+
+
+def _smallest_k_per_group(group: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool mask of the ``k`` smallest ``keys`` within each ``group`` id (ties broken by position)."""
+    order = torch.argsort(keys, stable=True)
+    order = order[torch.argsort(group[order], stable=True)]
+    g = group[order]
+    first = torch.ones_like(g, dtype=torch.bool)
+    first[1:] = g[1:] != g[:-1]
+    start_pos = torch.cummax(torch.where(first, torch.arange(len(g)), torch.zeros_like(g)), 0).values
+    rank = torch.arange(len(g)) - start_pos
+    chosen = torch.zeros_like(keys, dtype=torch.bool)
+    chosen[order[rank < k]] = True
+    return chosen
+
+
+def sample_subgraph(
+    graph: CSRGraph,
+    seeds: torch.Tensor,
+    fanouts: list[int],
+    inside: torch.Tensor | None = None,
+    weighted: bool = False,
+    induced: bool = False,
+    generator: torch.Generator | None = None,
+):
+    """Samples the multi-hop neighbourhood of ``seeds``.
+
+    Args:
+        graph: the graph in CSR.
+        seeds: ``[S]`` distinct vertex ids.
+        fanouts: neighbours kept per vertex at each hop (``-1`` = all); ``len(fanouts)`` hops.
+        inside: ``[N]`` bool; edges between two inside vertices are always kept and do not count
+            against the fan-out (expansion-aware sampling).
+        weighted: choose neighbours with probability proportional to their degree (the paper's
+            degree-aware choice) instead of uniformly.
+        induced: return every graph edge among the reached vertices, not only the sampled ones.
+        generator: random generator (for determinism).
+
+    Returns:
+        A PyG ``Data`` with ``n_id`` ``[n]`` (global ids, seeds first), ``edge_index`` ``[2, e]`` in
+        local ids (``source → target``, messages flow from a neighbour to the vertex that sampled
+        it), ``seed_mask`` ``[n]`` bool, ``hop`` ``[n]`` long (distance from the seeds in the
+        sample), and ``num_nodes``.
+    """
+    from torch_geometric.data import Data
+
+    n = graph.num_nodes
+    seeds = seeds.long()
+    hop = torch.full((n,), -1, dtype=torch.long)
+    hop[seeds] = 0
+    layers, frontier = [seeds], seeds
+    src_parts, dst_parts = [], []
+    deg = graph.degree
+    for h, k in enumerate(fanouts, start=1):
+        if frontier.numel() == 0:
+            break
+        owner, nbr = graph.neighbours(frontier)
+        keep = torch.ones(len(nbr), dtype=torch.bool)
+        if k >= 0:
+            always = torch.zeros(len(nbr), dtype=torch.bool)
+            if inside is not None:
+                always = inside[frontier][owner] & inside[nbr]
+            cand = (~always).nonzero().flatten()
+            u = torch.rand(len(cand), generator=generator, dtype=torch.float64).clamp_min(1e-300)
+            # Efraimidis–Spirakis: the k smallest -log(u)/w are a weighted sample without replacement
+            keys = -torch.log(u) / deg[nbr[cand]].double().clamp_min(1.0) if weighted else u
+            picked = torch.zeros(len(nbr), dtype=torch.bool)
+            picked[cand[_smallest_k_per_group(owner[cand], keys, k)]] = True
+            keep = always | picked
+        src, dst = nbr[keep], frontier[owner[keep]]
+        src_parts.append(src)
+        dst_parts.append(dst)
+        new = torch.unique(src[hop[src] < 0])
+        hop[new] = h
+        layers.append(new)
+        frontier = new
+    n_id = torch.cat(layers)
+    local = torch.full((n,), -1, dtype=torch.long)
+    local[n_id] = torch.arange(len(n_id))
+    if induced:
+        owner, nbr = graph.neighbours(n_id)
+        inset = local[nbr] >= 0
+        edge_index = torch.stack([local[nbr[inset]], owner[inset]])
+    elif src_parts:
+        edge_index = torch.stack([local[torch.cat(src_parts)], local[torch.cat(dst_parts)]])
+    else:
+        edge_index = torch.empty(2, 0, dtype=torch.long)
+    seed_mask = torch.zeros(len(n_id), dtype=torch.bool)
+    seed_mask[: len(seeds)] = True
+    return Data(n_id=n_id, edge_index=edge_index, seed_mask=seed_mask, hop=hop[n_id], num_nodes=len(n_id))
+
+
+class NeighborSampler:
+    """Mini-batches of seed vertices with their sampled neighbourhoods, as PyG ``Data``.
+
+    Args:
+        data: the graph (``x``, ``edge_index``, ``y`` and masks are sliced into each batch).
+        fanouts: neighbours per hop, e.g. ``[25, 10]`` (GraphSAGE) or ``[-1, -1]``.
+        batch_size: seeds per batch.
+        input_nodes: ``[N]`` bool or vertex ids to draw seeds from (default: ``data.train_mask``).
+        shuffle: shuffle seeds every epoch (default ``True``).
+        weighted, induced: as in :func:`sample_subgraph`.
+        seed: random seed; each epoch draws from it advanced by the epoch count.
+
+    Each batch carries ``x``, ``y``, the masks, ``n_id``, ``seed_mask`` and ``hop``; compute the loss on
+    ``batch.seed_mask``.
+    """
+
+    def __init__(self, data, fanouts: list[int], batch_size: int = 1024, input_nodes=None, shuffle: bool = True,
+                 weighted: bool = False, induced: bool = False, seed: int = 0) -> None:
+        self.data, self.fanouts, self.batch_size = data, list(fanouts), batch_size
+        self.graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+        nodes = data.train_mask if input_nodes is None else input_nodes
+        if nodes.dtype == torch.bool:
+            nodes = nodes.nonzero().flatten()
+        self.input_nodes = nodes
+        self.shuffle, self.weighted, self.induced, self.seed = shuffle, weighted, induced, seed
+        self._epoch = 0
+
+    def __len__(self) -> int:
+        return (len(self.input_nodes) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self._epoch)
+        self._epoch += 1
+        nodes = self.input_nodes[torch.randperm(len(self.input_nodes), generator=g)] if self.shuffle else self.input_nodes
+        for batch in nodes.split(self.batch_size):
+            sub = sample_subgraph(self.graph, batch, self.fanouts, weighted=self.weighted, induced=self.induced,
+                                  generator=g)
+            for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
+                value = getattr(self.data, key, None)
+                if value is not None:
+                    sub[key] = value[sub.n_id]
+            yield sub
