@@ -23,6 +23,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/grad_sync.py
+	$(BIN)/python benchmarks/graph_data.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb
