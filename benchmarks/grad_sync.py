@@ -143,7 +143,7 @@ def main() -> None:
     scale = REFERENCE_FLOPS[args.reference] / local_flops
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}", "--master-port=29517",
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
                __file__, "--worker", tmp, "--steps", str(args.steps), "--scale", str(scale)]
         subprocess.run(cmd, check=True, env=env)
         res = aggregate(Path(tmp), args.steps)

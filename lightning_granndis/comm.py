@@ -157,7 +157,6 @@ class Communicator:
         self.link_model = LinkModel.resolve(link_model)
         self.emulate = emulate
         self.ledger = ledger if ledger is not None else CommLedger()
-        self.emulated_delay_s = 0.0
 
     @property
     def rank(self) -> int:
@@ -175,8 +174,8 @@ class Communicator:
         received: dict[int, int],
         wall: float,
         inter_senders: Sequence[int],
-    ) -> float:
-        """Books one finished operation; sleeps when emulating. Returns the wall time incl. delay."""
+    ) -> None:
+        """Books one finished operation; when emulating, first sleeps up to its modelled time."""
         # per link class: bytes sent, bytes received, messages sent, messages received
         per_link: dict[str, list[int]] = {"intra": [0, 0, 0, 0], "inter": [0, 0, 0, 0]}
         for peer, nbytes in sent.items():
@@ -199,7 +198,6 @@ class Communicator:
             target = max(modelled.values())
             if target > wall:
                 time.sleep(target - wall)
-                self.emulated_delay_s += target - wall
                 wall = target
         for lk, (nbytes, nrecv, msgs, _) in per_link.items():
             if nbytes or nrecv or lk == slowest:
@@ -213,7 +211,6 @@ class Communicator:
                     modelled_seconds=modelled[lk],
                     ops=1 if lk == slowest else 0,
                 )
-        return wall
 
     def _timed(self, tensor: torch.Tensor, fn: Callable[[], object]) -> tuple[object, float]:
         _sync(tensor)

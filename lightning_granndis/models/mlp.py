@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
@@ -26,7 +28,7 @@ class MLPClassifier(pl.LightningModule):
         self,
         in_features: int = 64,
         num_classes: int = 10,
-        hidden: list[int] = (256, 256),
+        hidden: Sequence[int] = (256, 256),
         dropout: float = 0.1,
         lr: float = 1e-3,
     ) -> None:

@@ -7,14 +7,12 @@ from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrateg
 STRATEGIES = (ServerAwareDDPStrategy,)
 
 
-def register_strategies() -> list[str]:
+def register_strategies() -> None:
     """Registers every strategy name with Lightning's ``StrategyRegistry`` (idempotent)."""
     from lightning.pytorch.strategies import StrategyRegistry
 
-    before = set(StrategyRegistry)
     for cls in STRATEGIES:
         cls.register_strategies(StrategyRegistry)
-    return sorted(set(StrategyRegistry) - before) or registered_names()
 
 
 def registered_names() -> list[str]:
