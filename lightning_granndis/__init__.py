@@ -9,7 +9,14 @@ Importing the package registers its strategy names with Lightning::
 from lightning_granndis import _namespace
 from lightning_granndis.ledger import CommLedger
 from lightning_granndis.link_model import LinkModel
-from lightning_granndis.strategies import ServerAwareDDPStrategy, register_strategies, registered_names
+from lightning_granndis.strategies import (
+    FullGraphBaselineStrategy,
+    MiniBatchBaselineStrategy,
+    ServerAwareDDPStrategy,
+    ServerAwareGNNStrategy,
+    register_strategies,
+    registered_names,
+)
 from lightning_granndis.topology import ServerTopology
 
 __version__ = "0.1.0"
@@ -17,4 +24,7 @@ __version__ = "0.1.0"
 register_strategies()
 _namespace.install(registered_names())
 
-__all__ = ["CommLedger", "LinkModel", "ServerAwareDDPStrategy", "ServerTopology", "__version__"]
+__all__ = [
+    "CommLedger", "FullGraphBaselineStrategy", "LinkModel", "MiniBatchBaselineStrategy", "ServerAwareDDPStrategy",
+    "ServerAwareGNNStrategy", "ServerTopology", "__version__",
+]

@@ -109,6 +109,16 @@ def gather_objects(obj, group=None) -> list:
     return out
 
 
+def scatter_objects(objs: list | None, src: int = 0) -> object:
+    """``objs[rank]`` from rank ``src`` to every rank (``objs`` only needed on ``src``).
+    Set-up traffic (plans, partitions): not booked."""
+    if not is_initialized():
+        return objs[0]
+    out = [None]
+    dist.scatter_object_list(out, objs if get_rank() == src else None, src=src)
+    return out[0]
+
+
 def barrier(group=None) -> None:
     if is_initialized():
         dist.barrier(group=group)

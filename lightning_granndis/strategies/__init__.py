@@ -1,10 +1,13 @@
 """Lightning strategies of the suite; importing :mod:`lightning_granndis` registers their names."""
 
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
+from lightning_granndis.strategies.gnn_fb_base import FullGraphBaselineStrategy
+from lightning_granndis.strategies.gnn_mb_base import MiniBatchBaselineStrategy
+from lightning_granndis.strategies.granndis import ServerAwareGNNStrategy
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 #: Every strategy class the package defines, in registration order.
-STRATEGIES = (ServerAwareDDPStrategy,)
+STRATEGIES = (ServerAwareDDPStrategy, ServerAwareGNNStrategy, FullGraphBaselineStrategy, MiniBatchBaselineStrategy)
 
 
 def register_strategies() -> None:
@@ -21,4 +24,7 @@ def registered_names() -> list[str]:
     return sorted(n for n, d in StrategyRegistry.items() if d["strategy"] in STRATEGIES)
 
 
-__all__ = ["STRATEGIES", "SafeCheckpointIO", "ServerAwareDDPStrategy", "register_strategies", "registered_names"]
+__all__ = [
+    "STRATEGIES", "FullGraphBaselineStrategy", "MiniBatchBaselineStrategy", "SafeCheckpointIO", "ServerAwareDDPStrategy",
+    "ServerAwareGNNStrategy", "register_strategies", "registered_names",
+]

@@ -1,0 +1,195 @@
+"""One-Hop Graph Masking around unmodified PyG ``MessagePassing`` layers (GraNNDis, PACT'24, §6).
+
+:class:`OneHopMasking` hooks every message-passing layer of a model. While a
+:class:`~lightning_granndis.graph.one_hop.OneHopGraph` is active, the layer's input ``x``
+(``[n_owned, F]``) is
+
+1. masked: rows whose representation is not exact at this layer are zeroed;
+2. extended by the halo rows, exchanged with the peers (an autograd-aware all-to-all, so halo
+   gradients flow back to their owners);
+
+and the layer's output is cut back to the owned rows. The user's model never sees the halo.
+
+GCN's symmetric normalisation :math:`\\hat{A} = D^{-1/2}(A + I)D^{-1/2}` needs every vertex's
+*global* degree, which a device's local graph does not have: for ``GCNConv`` the hook passes edge
+weights computed from the global degrees and switches the layer's own normalisation off for that
+call, so results stay exact.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from lightning_granndis.graph.one_hop import OneHopGraph
+
+Exchange = Callable[[torch.Tensor, OneHopGraph], torch.Tensor]
+
+
+def message_passing_layers(module: nn.Module) -> list[nn.Module]:
+    """The outermost PyG ``MessagePassing`` modules of ``module``, in definition order.
+
+    Raises:
+        ValueError: when there is none (the strategy has nothing to distribute).
+    """
+    from torch_geometric.nn import MessagePassing
+
+    layers: list[nn.Module] = []
+
+    def visit(m: nn.Module) -> None:
+        for child in m.children():
+            if isinstance(child, MessagePassing):
+                layers.append(child)
+            else:
+                visit(child)
+
+    if isinstance(module, MessagePassing):
+        return [module]
+    visit(module)
+    if not layers:
+        raise ValueError(
+            f"{type(module).__name__} has no torch_geometric MessagePassing layer (SAGEConv, GCNConv, GATConv, "
+            "GraphConv, ...): the GNN strategies distribute message passing and have nothing to do here. "
+            "Use strategy='server_aware_ddp' or 'ddp' for other models."
+        )
+    return layers
+
+
+def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``[N, 2]``: every vertex's in-degree and whether it has a self loop (what GCN's
+    normalisation needs from the whole graph)."""
+    src, dst = edge_index
+    in_degree = torch.bincount(dst, minlength=num_nodes)
+    has_loop = torch.bincount(dst[src == dst], minlength=num_nodes) > 0
+    return torch.stack([in_degree, has_loop.long()], 1)
+
+
+def gcn_degree(stats: torch.Tensor, fill_value: float = 1.0, add_self_loops: bool = True) -> torch.Tensor:
+    """The degree ``GCNConv`` normalises with: in-degree plus the self loop it adds."""
+    deg = stats[:, 0].double()
+    if add_self_loops:
+        deg = deg + torch.where(stats[:, 1] > 0, 0.0, float(fill_value))
+    return deg
+
+
+def local_gcn_edges(graph: OneHopGraph, degree: torch.Tensor, fill_value: float = 1.0,
+                    add_self_loops: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``graph``'s edges (plus self loops of owned vertices lacking one) and their GCN weights
+    :math:`w_{uv} / \\sqrt{d_u d_v}` from global degrees ``degree`` (indexed by global id)."""
+    edge_index = graph.edge_index
+    weight = torch.ones(edge_index.shape[1], dtype=torch.double)
+    if add_self_loops:
+        src, dst = edge_index
+        has_loop = torch.zeros(graph.n_owned, dtype=torch.bool)
+        has_loop[dst[src == dst]] = True
+        loops = (~has_loop).nonzero().flatten()
+        edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
+        weight = torch.cat([weight, torch.full((loops.numel(),), float(fill_value), dtype=torch.double)])
+    d = degree[graph.n_id.cpu()].double()
+    inv = torch.where(d > 0, d.rsqrt(), torch.zeros_like(d))
+    src, dst = edge_index.cpu()
+    return edge_index, weight * inv[src] * inv[dst]
+
+
+class OneHopMasking:
+    """Installs the masking/halo hooks on every message-passing layer of ``module``.
+
+    Args:
+        module: the user's model (unmodified).
+        exchange: ``exchange(rows, graph)`` → the halo rows received (autograd-aware).
+        num_layers: ``L`` for the masks (default: the number of message-passing layers).
+        degree_stats: ``[N, 2]`` whole-graph degree statistics for ``GCNConv`` (see
+            :func:`degree_stats`); required when the model has one.
+    """
+
+    def __init__(self, module: nn.Module, exchange: Exchange, num_layers: int | None = None,
+                 degree_stats: torch.Tensor | None = None) -> None:
+        self.layers = message_passing_layers(module)
+        self.index = {id(layer): k for k, layer in enumerate(self.layers)}
+        self.num_layers = num_layers or len(self.layers)
+        self.exchange = exchange
+        self.degree_stats = degree_stats
+        self.graph: OneHopGraph | None = None
+        self._masks: list[torch.Tensor | None] = []
+        self._gcn_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._handles = []
+        for layer in self.layers:
+            self._handles.append(layer.register_forward_pre_hook(self._before, with_kwargs=True))
+            self._handles.append(layer.register_forward_hook(self._after, with_kwargs=True))
+
+    def activate(self, graph: OneHopGraph | None) -> None:
+        """Routes the next forward passes through ``graph`` (``None``: hooks pass through)."""
+        if graph is not self.graph:
+            self.graph = graph
+            self._masks = graph.input_masks(self.num_layers) if graph is not None else []
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    # ------------------------------------------------------------------ hooks
+    def _before(self, layer: nn.Module, args: tuple, kwargs: dict):
+        graph = self.graph
+        if graph is None:
+            return None
+        args, kwargs = list(args), dict(kwargs)
+        x = args[0] if args else kwargs.pop("x")
+        if not isinstance(x, torch.Tensor) or x.shape[0] != graph.n_owned:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(
+                f"{type(layer).__name__} got x of shape {got}; under a GNN strategy every message-passing layer "
+                f"must receive the rank's vertex features as one tensor of {graph.n_owned} rows (bipartite tuples "
+                "are not supported)."
+            )
+        k = self.index[id(layer)]
+        mask = self._masks[k] if k < len(self._masks) else None
+        if mask is not None:
+            x = x.masked_fill(mask.unsqueeze(-1), 0.0)
+        x = torch.cat([x, self.exchange(x[graph.send_index], graph)], 0)
+        if args:
+            args[0] = x
+        else:
+            kwargs["x"] = x
+        self._gcn_arguments(layer, args, kwargs, graph)
+        return tuple(args), kwargs
+
+    def _gcn_arguments(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph) -> None:
+        from torch_geometric.nn import GCNConv
+
+        if not isinstance(layer, GCNConv) or not layer.normalize:
+            return
+        if (len(args) > 2 and args[2] is not None) or kwargs.get("edge_weight") is not None:
+            raise ValueError("GCNConv with edge weights is not supported under the GNN strategies.")
+        if self.degree_stats is None:
+            raise ValueError("GCNConv needs the whole graph's degrees: pass degree_stats to OneHopMasking.")
+        fill = 2.0 if layer.improved else 1.0
+        key = (id(graph), fill, layer.add_self_loops)
+        if key not in self._gcn_cache:
+            degree = gcn_degree(self.degree_stats, fill, layer.add_self_loops)
+            edge_index, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops)
+            device = graph.edge_index.device
+            self._gcn_cache[key] = (edge_index.to(device), weight.to(device))
+        edge_index, weight = self._gcn_cache[key]
+        if len(args) > 1:
+            args[1] = edge_index
+        else:
+            kwargs["edge_index"] = edge_index
+        args[2:] = []
+        kwargs["edge_weight"] = weight.to(args[0].dtype if args else kwargs["x"].dtype)
+        layer.normalize = False  # restored in _after
+        layer._granndis_normalize = True
+
+    def _after(self, layer: nn.Module, args: tuple, kwargs: dict, output):
+        graph = self.graph
+        if graph is None:
+            return None
+        if getattr(layer, "_granndis_normalize", False):
+            layer.normalize = True
+            layer._granndis_normalize = False
+        if not isinstance(output, torch.Tensor):
+            raise ValueError(f"{type(layer).__name__} returned {type(output).__name__}; under a GNN strategy "
+                             "message-passing layers must return one tensor (no attention weights).")
+        return output[: graph.n_owned]

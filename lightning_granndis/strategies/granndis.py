@@ -1,0 +1,379 @@
+"""GraNNDis: server-aware distributed GNN training as a Lightning strategy."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from lightning_granndis import comm
+from lightning_granndis.graph.cost_model import (
+    ModeChoice,
+    SubgraphSize,
+    available_memory,
+    choose_mode,
+    memory_bytes,
+)
+from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
+from lightning_granndis.graph.one_hop import OneHopGraph
+from lightning_granndis.graph.plan import (
+    PlanConfig,
+    build_plan,
+    full_graph_plan,
+    server_assignment,
+)
+from lightning_granndis.graph.quantise import quantised_exchange
+from lightning_granndis.graph.sampling import CSRGraph
+from lightning_granndis.graph.server_subgraph import expansion_subgraph, preloaded_subgraph
+from lightning_granndis.graph.validation import validate_graph
+from lightning_granndis.strategies.graph_batches import GraphBatches, graph_from_loader, materialise, rank_batch
+from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
+
+MODES = ("auto", "flx", "cob", "eas")
+
+
+class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
+    """`GraNNDis: Fast Distributed Graph Neural Network Training Framework for Multi-Server Clusters
+    <https://doi.org/10.1145/3656019.3676892>`_ (PACT'24).
+
+    The graph is split across servers (METIS). No vertex feature or embedding crosses servers
+    during forward or backward; only gradients do, hierarchically. Inside a server its devices
+    train one server-sized (co-)batch together, exchanging one-hop halos over the fast intra-server
+    link before every message-passing layer (One-Hop Graph Masking). Modes:
+
+    - ``flx`` — Flexible Preloading, full batch: each server holds its inner vertices plus every
+      vertex they depend on within ``L`` hops. Exact: equals single-process full-graph training.
+    - ``cob`` — Cooperative Batching: per iteration a server-sized co-batch of training seeds
+      (``G * batch_size``), its sampled ``L``-hop neighbourhood (``fanout`` per hop, default 25),
+      split across the server's devices. Co-batches are sampled once at set-up (as the artifact).
+    - ``eas`` — Expansion-aware Sampling: all edges inside the server kept, only the expansion
+      leaving it sampled: ``eas_hops`` hops (default 1), ``fanout`` (default 15) external
+      neighbours per vertex, chosen degree-aware (``eas_sampling="degree"``) or uniformly.
+    - ``auto`` — chooses from the paper's cost model (Eqs. 1–5, see
+      :mod:`lightning_granndis.graph.cost_model`) and says which and why.
+
+    The loss covers only the seed (inner) vertices a rank owns, reweighted so that the gradient is
+    the mean over all seeds of the (co-)batch, as in single-process training. Validation and test
+    run exact full-graph inference (the graph split across all ranks, halos exchanged among all of
+    them, booked as ``eval``), gather the predictions and report ``val_acc``/``test_acc`` through
+    the datamodule's OGB ``Evaluator`` — the module's own ``validation_step``/``test_step`` are not
+    called (``exact_eval=False`` runs them on the rank's local graph instead).
+
+    Args:
+        servers: number of servers (default: one per node; ``servers=S`` makes virtual ones).
+        mode: ``auto`` (default), ``flx``, ``cob`` or ``eas``.
+        hops: ``L`` for preloading and masks (default: the model's number of message-passing layers).
+        fanout: CoB fan-out per hop (default 25) or EAS external fan-out (default 15).
+        eas_hops: EAS expansion hops ``h`` (default 1).
+        eas_sampling: ``"degree"`` (default) or ``"uniform"``.
+        batch_size: CoB seeds per device per iteration (default 1024).
+        iterations: CoB iterations per epoch (overrides ``batch_size``).
+        exact_eval: exact, gathered OGB evaluation (default ``True``).
+        halo_bits: quantise halo messages to 2, 4 or 8 bits (AdaQP-style; default off).
+        memory_budget_mb: per-device memory budget for the mode checks (default: 80% of the GPU,
+            or of free RAM shared by the local ranks).
+        seed: random seed of partitioning and sampling.
+        cache_dir: METIS cache directory (default none).
+        link_model, emulate, hierarchical, **kwargs: as :class:`ServerAwareDDPStrategy`.
+    """
+
+    strategy_name = "granndis"
+    default_mode = "auto"
+    #: exchange group and ledger purpose of the training halo
+    halo_scope = "intra"
+
+    def __init__(
+        self,
+        servers: int | None = None,
+        mode: str | None = None,
+        hops: int | None = None,
+        fanout: int | None = None,
+        eas_hops: int = 1,
+        eas_sampling: str = "degree",
+        batch_size: int = 1024,
+        iterations: int | None = None,
+        exact_eval: bool = True,
+        halo_bits: int | None = None,
+        memory_budget_mb: float | None = None,
+        seed: int = 0,
+        cache_dir: str | None = None,
+        link_model: Any = "granndis_paper",
+        emulate: bool = False,
+        hierarchical: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(servers=servers, link_model=link_model, emulate=emulate, hierarchical=hierarchical, **kwargs)
+        mode = mode or self.default_mode
+        if mode not in self.modes():
+            raise ValueError(f"{type(self).__name__}: unknown mode {mode!r}; choose one of {', '.join(self.modes())}.")
+        if eas_sampling not in ("degree", "uniform"):
+            raise ValueError(f"eas_sampling must be 'degree' or 'uniform', got {eas_sampling!r}.")
+        if halo_bits not in (None, 2, 4, 8):
+            raise ValueError(f"halo_bits must be 2, 4 or 8 (or None for full precision), got {halo_bits!r}.")
+        if hops is not None and hops < 1:
+            raise ValueError(f"hops must be at least 1, got {hops}.")
+        self.mode = mode
+        self.hops = hops
+        self.fanout, self.eas_hops, self.eas_sampling = fanout, eas_hops, eas_sampling
+        self.batch_size, self.iterations = batch_size, iterations
+        self.exact_eval, self.halo_bits = exact_eval, halo_bits
+        self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
+        self.choice: ModeChoice | None = None
+        self.resolved_mode: str | None = None if mode == "auto" else mode
+        self.last_eval: dict[str, float] = {}
+        self._masking: OneHopMasking | None = None
+        self._prepared: dict[str, tuple[int, list]] = {}
+        self._graphs: dict[int, OneHopGraph] = {}
+        self._weights: dict[int, float] = {}
+        self._degree_stats: torch.Tensor | None = None
+        self._data = None
+
+    @classmethod
+    def modes(cls) -> tuple[str, ...]:
+        return MODES
+
+    # ------------------------------------------------------------------ set-up
+    @override
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        layers = message_passing_layers(self.lightning_module)
+        self.num_layers = self.hops or len(layers)
+        self._masking = OneHopMasking(self.lightning_module, self._exchange, num_layers=self.num_layers,
+                                      degree_stats=self._degree_stats)
+
+    @override
+    def teardown(self) -> None:
+        if self._masking is not None:
+            self._masking.remove()
+            self._masking = None
+        super().teardown()
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self.lightning_module.trainer
+        kind = "train" if trainer.training else "eval"
+        data = graph_from_loader(dataloader)
+        key = id(data)
+        if self._prepared.get(kind, (None,))[0] != key:
+            self._prepared[kind] = (key, self._prepare(kind, data))
+        return GraphBatches(self._prepared[kind][1])
+
+    def _prepare(self, kind: str, data) -> list:
+        """Builds (on rank 0) and hands out every rank's graphs for ``kind``; returns this rank's
+        batches. A collective: every rank calls it in the same order."""
+        assert self.topology is not None
+        self._data = data
+        if self._degree_stats is None or self._degree_stats.shape[0] != data.num_nodes:
+            validate_graph(data, name="the datamodule's graph")
+            self._degree_stats = degree_stats(data.edge_index, data.num_nodes)
+            self._masking.degree_stats = self._degree_stats
+        objs = None
+        if self.global_rank == 0:
+            t0 = time.perf_counter()
+            plans = self._train_plans(data) if kind == "train" else self._eval_plans(data)
+            weights = self._loss_weights(plans, data)
+            objs = [(graphs, weights[r], self.choice) for r, graphs in enumerate(plans)]
+            rank_zero_info(f"granndis: {kind} plan for {len(plans)} ranks built in {time.perf_counter() - t0:.1f}s")
+        graphs, weights, choice = comm.scatter_objects(objs)
+        if kind == "train":
+            self.choice = choice
+            if choice is not None:
+                self.resolved_mode = choice.mode
+        batches = []
+        for graph, weight in zip(graphs, weights):
+            graph = graph.to(self.root_device)
+            key = len(self._graphs)
+            self._graphs[key], self._weights[key] = graph, weight
+            batches.append(rank_batch(data, graph, key))
+        return batches
+
+    # ------------------------------------------------------------------ plans (rank 0)
+    def _plan_config(self, mode: str) -> PlanConfig:
+        topo = self.topology
+        return PlanConfig(mode=mode, servers=topo.servers, devices_per_server=topo.devices_per_server,
+                          hops=self.num_layers, fanout=self.fanout, eas_hops=self.eas_hops,
+                          weighted=self.eas_sampling == "degree", batch_size=self.batch_size,
+                          iterations=self.iterations, seed=self.seed, cache_dir=self.cache_dir)
+
+    def _train_plans(self, data) -> list[list[OneHopGraph]]:
+        topo = self.topology
+        graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+        server_of = server_assignment(data.edge_index, data.num_nodes, topo.servers, data.train_mask,
+                                      self.seed, self.cache_dir)
+        mode = self.mode
+        if mode == "auto":
+            self.choice = self._choose(data, graph, server_of)
+            mode = self.choice.mode
+            rank_zero_info(f"granndis: mode=auto chose {self.choice.reason}")
+        elif mode == "flx":
+            self._check_preload_fits(data, graph, server_of)
+        plans = build_plan(data, self._plan_config(mode), server_of, graph)
+        for graphs in plans:
+            for g in graphs:
+                g.meta.update(scope=self.halo_scope, purpose="halo")
+        return plans
+
+    def _eval_plans(self, data) -> list[list[OneHopGraph]]:
+        graphs = full_graph_plan(data.edge_index, data.num_nodes, self.topology.world_size, data.train_mask,
+                                 self.seed, self.cache_dir)
+        for g in graphs:
+            g.meta.update(scope="world", purpose="eval")
+        return [[g] for g in graphs]
+
+    def _loss_weights(self, plans: list[list[OneHopGraph]], data) -> list[list[float]]:
+        """Per rank and iteration, ``n_r P / N``: the factor turning the rank's mean loss over its
+        ``n_r`` seeds into its share of the mean over all ``N`` seeds of the iteration (DDP then
+        averages over the ``P`` ranks)."""
+        P = len(plans)
+        counts = torch.tensor([[int((data.train_mask[g.n_id[: g.n_owned]] & g.seed).sum()) for g in graphs]
+                               for graphs in plans], dtype=torch.double)
+        totals = counts.sum(0).clamp_min(1)
+        return (counts * P / totals).tolist()
+
+    def _budget(self) -> int:
+        if self.memory_budget_mb is not None:
+            return int(self.memory_budget_mb * 2**20)
+        return available_memory(self.root_device, self.num_processes)
+
+    def _hidden(self) -> int:
+        layers = message_passing_layers(self.lightning_module)
+        return max(int(getattr(layer, "out_channels", 64)) * int(getattr(layer, "heads", 1)) for layer in layers)
+
+    def _sizes(self, subgraphs) -> SubgraphSize:
+        G = self.topology.devices_per_server
+        return SubgraphSize(vertices=max(s.num_nodes for s in subgraphs) // G + 1,
+                            edges=max(int(s.edge_index.shape[1]) for s in subgraphs) // G + 1)
+
+    def _memory(self, size: SubgraphSize, data) -> int:
+        return memory_bytes(size, data.num_features, self._hidden(), self.num_layers)
+
+    def _check_preload_fits(self, data, graph: CSRGraph, server_of: torch.Tensor) -> None:
+        subs = [preloaded_subgraph(graph, (server_of == s).nonzero().flatten(), self.num_layers)
+                for s in range(self.topology.servers)]
+        need, budget = self._memory(self._sizes(subs), data), self._budget()
+        if need > budget:
+            raise ValueError(
+                f"mode='flx' would preload up to {max(s.num_nodes for s in subs):,} vertices per server "
+                f"(~{need / 2**30:.2f} GiB per device) but the budget is {budget / 2**30:.2f} GiB per device. "
+                "Use mode='eas' (sample only the expansion leaving each server) or mode='cob' (server-sized "
+                "co-batches), add servers, or raise memory_budget_mb."
+            )
+
+    def _choose(self, data, graph: CSRGraph, server_of: torch.Tensor) -> ModeChoice:
+        topo, S = self.topology, self.topology.servers
+        inner = [(server_of == s).nonzero().flatten() for s in range(S)]
+        flx = [preloaded_subgraph(graph, i, self.num_layers) for i in inner]
+        gen = torch.Generator().manual_seed(self.seed)
+        eas = [expansion_subgraph(graph, i, self.eas_hops, self.fanout or 15, self.eas_sampling == "degree", gen)
+               for i in inner]
+        V, E = data.num_nodes, int(data.edge_index.shape[1])
+        per_vertex_bytes = 4 * self._hidden() * 2 * self.num_layers  # forward embeddings + backward gradients
+        return choose_mode(
+            V=V, E=E, servers=S, devices=topo.devices_per_server, C=self._measure_compute(data),
+            B_intra=self.link_model.bandwidth("intra") / per_vertex_bytes,
+            B_inter=self.link_model.bandwidth("inter") / per_vertex_bytes,
+            R_flx=sum(s.num_nodes for s in flx) / V, R_eas=sum(s.num_nodes for s in eas) / V,
+            flx_bytes=self._memory(self._sizes(flx), data), eas_bytes=self._memory(self._sizes(eas), data),
+            budget=self._budget(),
+        )
+
+    def _measure_compute(self, data, sample: int = 20000) -> float:
+        """``C`` in vertices/s: one forward + backward of the model on an induced subgraph."""
+        from torch_geometric.utils import subgraph
+
+        module = self.lightning_module
+        n = min(sample, data.num_nodes)
+        edge_index, _ = subgraph(torch.arange(n), data.edge_index, num_nodes=data.num_nodes)
+        x, edge_index = data.x[:n].to(self.root_device), edge_index.to(self.root_device)
+        module(x, edge_index).sum().backward()  # warm-up
+        t0 = time.perf_counter()
+        module(x, edge_index).sum().backward()
+        seconds = time.perf_counter() - t0
+        for p in module.parameters():
+            p.grad = None
+        return n / max(seconds, 1e-9)
+
+    # ------------------------------------------------------------------ halo exchange
+    def _exchange(self, rows: torch.Tensor, graph: OneHopGraph) -> torch.Tensor:
+        scope, purpose = graph.meta.get("scope", "intra"), graph.meta.get("purpose", "halo")
+        if scope == "none":
+            return rows[:0]
+        group = None if scope == "world" else self.topology.build_groups().intra_of(self.topology, self.global_rank)
+        if self.halo_bits is not None and purpose == "halo":
+            return quantised_exchange(self.comm, rows, graph.send_splits, graph.recv_splits, self.halo_bits,
+                                      purpose, group)
+        return self.comm.exchange(rows, graph.send_splits, purpose, group, recv_splits=graph.recv_splits)
+
+    # ------------------------------------------------------------------ steps
+    @override
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        if getattr(batch, "granndis_key", None) is not None and getattr(batch, "x", None) is None:
+            batch = materialise(batch, self._data)
+        return super().batch_to_device(batch, device, dataloader_idx)
+
+    def _activate(self, batch) -> None:
+        self._masking.activate(self._graphs[int(batch.granndis_key)])
+
+    @override
+    def training_step(self, *args: Any, **kwargs: Any):
+        batch = args[0]
+        self._activate(batch)
+        out = super().training_step(*args, **kwargs)
+        weight = self._weights[int(batch.granndis_key)]
+        if isinstance(out, torch.Tensor):
+            return _reweight(out, weight)
+        if isinstance(out, dict) and isinstance(out.get("loss"), torch.Tensor):
+            return {**out, "loss": _reweight(out["loss"], weight)}
+        return out
+
+    def _evaluate(self, split: str, args, kwargs, step):
+        batch = args[0]
+        self._activate(batch)
+        if not self.exact_eval:
+            return step(*args, **kwargs)
+        module = self.lightning_module
+        with self.precision_plugin.val_step_context():
+            logits = module(batch.x, batch.edge_index)
+        graph = self._graphs[int(batch.granndis_key)]
+        mine = (graph.n_id[: graph.n_owned][graph.seed].cpu(), logits[graph.seed].argmax(-1).cpu())
+        acc = self._gathered_accuracy(comm.gather_objects(mine), split)
+        self.last_eval[split] = acc
+        module.log(f"{split}_acc", acc, batch_size=1, prog_bar=True, sync_dist=False)
+        return None
+
+    def _gathered_accuracy(self, parts, split: str) -> float:
+        datamodule = self.lightning_module.trainer.datamodule
+        data = self._data
+        pred = torch.full((data.num_nodes,), -1, dtype=torch.long)
+        for ids, p in parts:
+            pred[ids] = p
+        if hasattr(datamodule, "evaluate"):
+            return float(datamodule.evaluate(pred, split))
+        mask = getattr(data, f"{split}_mask")
+        return float((pred[mask] == data.y[mask]).float().mean())
+
+    @override
+    def validation_step(self, *args: Any, **kwargs: Any):
+        return self._evaluate("val", args, kwargs, super().validation_step)
+
+    @override
+    def test_step(self, *args: Any, **kwargs: Any):
+        return self._evaluate("test", args, kwargs, super().test_step)
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry) -> None:
+        strategy_registry.register(cls.strategy_name, cls, description="GraNNDis (mode chosen by its cost model)",
+                                   override=True)
+        for mode in ("flx", "cob", "eas"):
+            strategy_registry.register(f"granndis_{mode}", cls, description=f"GraNNDis, mode={mode}", mode=mode,
+                                       override=True)
+
+
+def _reweight(loss: torch.Tensor, weight: float) -> torch.Tensor:
+    if weight == 0.0:  # no seed on this rank: its (NaN) mean over nothing must not count
+        return torch.nan_to_num(loss, nan=0.0) * 0.0
+    return loss * weight

@@ -1,0 +1,90 @@
+"""Under torchrun (4 ranks = 2 virtual servers x 2 devices): GNN strategies on the tiny synthetic
+graph. For each configuration, saves per rank: the first step's returned loss, owned-seed logits
+with their global ids, the synced gradients, the parameters after ``steps`` steps, the ledger and
+the exact test accuracy.
+
+usage: gnn_strategies.py OUT DATA_ROOT STEPS NAME[,NAME...]   (NAME = strategy:conv[:epochs])
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+import lightning_granndis  # noqa: F401
+from lightning_granndis.datamodules.ogb import OGBNodeDataModule
+from lightning_granndis.models.gnn import GNNNodeClassifier
+from lightning_granndis.strategies import FullGraphBaselineStrategy, MiniBatchBaselineStrategy, ServerAwareGNNStrategy
+
+out, root, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+names = sys.argv[4].split(",")
+
+
+class Capture(Callback):
+    """Records the first training step: loss, logits of owned seeds, synced gradients."""
+
+    def __init__(self):
+        self.record, self._handle = {}, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step != 0:
+            return
+        graph = trainer.strategy._graphs[int(batch.granndis_key)]
+        ids = graph.n_id[: graph.n_owned][graph.seed]
+        self.record["ids"] = ids.tolist()
+
+        def keep(module, args, output):
+            self.record["logits"] = output[graph.seed].detach().tolist()
+            self._handle.remove()
+
+        self._handle = pl_module.head.register_forward_hook(keep)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 1:
+            self.record["loss"] = float(outputs["loss"])
+
+    def on_after_backward(self, trainer, pl_module):
+        if trainer.global_step == 0 and "grads" not in self.record:
+            self.record["grads"] = {k: p.grad.detach().clone().tolist() for k, p in pl_module.named_parameters()}
+
+
+for name in names:
+    strategy_name, conv, *rest = name.split(":")
+    epochs = int(rest[0]) if rest else None
+    pl.seed_everything(0)
+    dm = OGBNodeDataModule("synthetic-tiny", root=root)
+    dm.prepare_data()
+    dm.setup()
+    model = GNNNodeClassifier(dm.num_features, dm.num_classes, conv=conv, hidden=16, dropout=0.0 if epochs is None else 0.5)
+    common = dict(servers=2, link_model="10gbe", batch_size=128)
+    strategy = {
+        "flx": lambda: ServerAwareGNNStrategy(mode="flx", **common),
+        "cob": lambda: ServerAwareGNNStrategy(mode="cob", fanout=5, **common),
+        "eas": lambda: ServerAwareGNNStrategy(mode="eas", **common),
+        "auto": lambda: ServerAwareGNNStrategy(mode="auto", **common),
+        "eas_q4": lambda: ServerAwareGNNStrategy(mode="eas", halo_bits=4, **common),
+        "fb": lambda: FullGraphBaselineStrategy(servers=2, link_model="10gbe"),
+        "fb_q8": lambda: FullGraphBaselineStrategy(servers=2, link_model="10gbe", halo_bits=8),
+        "mb": lambda: MiniBatchBaselineStrategy(servers=2, link_model="10gbe", batch_size=128),
+    }[strategy_name]()
+    capture = Capture()
+    limits = dict(max_epochs=epochs) if epochs else dict(max_steps=steps)
+    trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False, callbacks=[capture],
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, check_val_every_n_epoch=1000, **limits)
+    trainer.fit(model, datamodule=dm)
+    ledger = strategy.comm.ledger.to_dict()  # test() sets up a fresh communicator
+    trainer.test(model, datamodule=dm, verbose=False)
+    rank = trainer.global_rank
+    record = dict(capture.record)
+    record.update(
+        params={k: v.detach().tolist() for k, v in model.state_dict().items()},
+        ledger=ledger, test_acc=strategy.last_eval.get("test"),
+        mode=strategy.resolved_mode, reason=strategy.choice.reason if strategy.choice else None,
+        steps=trainer.global_step, iterations=len(trainer.strategy._prepared["train"][1]),
+    )
+    (out / name.replace(":", "_")).mkdir(parents=True, exist_ok=True)
+    (out / name.replace(":", "_") / f"rank{rank}.json").write_text(json.dumps(record))
