@@ -58,38 +58,41 @@ def message_passing_layers(module: nn.Module) -> list[nn.Module]:
 
 
 def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    """``[N, 2]``: every vertex's in-degree and whether it has a self loop (what GCN's
-    normalisation needs from the whole graph)."""
+    """``[N, 3]``: every vertex's in-degree without self loops, whether it has a self loop, and its
+    in-degree with them — what GCN's normalisation needs from the whole graph."""
     src, dst = edge_index
-    in_degree = torch.bincount(dst, minlength=num_nodes)
-    has_loop = torch.bincount(dst[src == dst], minlength=num_nodes) > 0
-    return torch.stack([in_degree, has_loop.long()], 1)
+    loop = src == dst
+    no_loop = torch.bincount(dst[~loop], minlength=num_nodes)
+    has_loop = torch.bincount(dst[loop], minlength=num_nodes) > 0
+    return torch.stack([no_loop, has_loop.long(), torch.bincount(dst, minlength=num_nodes)], 1)
 
 
 def gcn_degree(stats: torch.Tensor, fill_value: float = 1.0, add_self_loops: bool = True) -> torch.Tensor:
-    """The degree ``GCNConv`` normalises with: in-degree plus the self loop it adds."""
-    deg = stats[:, 0].double()
-    if add_self_loops:
-        deg = deg + torch.where(stats[:, 1] > 0, 0.0, float(fill_value))
-    return deg
+    """The degree ``GCNConv`` normalises with. With self loops PyG's ``add_remaining_self_loops``
+    keeps one loop per vertex (an existing loop keeps weight 1, a new one gets ``fill_value``)."""
+    if not add_self_loops:
+        return stats[:, 2].double()
+    return stats[:, 0].double() + torch.where(stats[:, 1] > 0, 1.0, float(fill_value))
 
 
 def local_gcn_edges(graph: OneHopGraph, degree: torch.Tensor, fill_value: float = 1.0,
                     add_self_loops: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """``graph``'s edges (plus self loops of owned vertices lacking one) and their GCN weights
-    :math:`w_{uv} / \\sqrt{d_u d_v}` from global degrees ``degree`` (indexed by global id)."""
-    edge_index = graph.edge_index
+    """``graph``'s edges as ``GCNConv`` would see them (one self loop per owned vertex) and their
+    weights :math:`w_{uv} / \\sqrt{d_u d_v}` from whole-graph degrees ``degree`` (by global id)."""
+    edge_index = graph.edge_index.cpu()
     weight = torch.ones(edge_index.shape[1], dtype=torch.double)
     if add_self_loops:
         src, dst = edge_index
+        loop = src == dst
         has_loop = torch.zeros(graph.n_owned, dtype=torch.bool)
-        has_loop[dst[src == dst]] = True
-        loops = (~has_loop).nonzero().flatten()
-        edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
-        weight = torch.cat([weight, torch.full((loops.numel(),), float(fill_value), dtype=torch.double)])
+        has_loop[dst[loop]] = True
+        owned = torch.arange(graph.n_owned)
+        edge_index = torch.cat([edge_index[:, ~loop], torch.stack([owned, owned])], 1)
+        loop_weight = torch.where(has_loop, 1.0, float(fill_value)).double()
+        weight = torch.cat([weight[~loop], loop_weight])
     d = degree[graph.n_id.cpu()].double()
     inv = torch.where(d > 0, d.rsqrt(), torch.zeros_like(d))
-    src, dst = edge_index.cpu()
+    src, dst = edge_index
     return edge_index, weight * inv[src] * inv[dst]
 
 
