@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields
 #: Purposes the package books traffic under; any other string is accepted too.
 PURPOSES = (
     "halo",
+    "feature_fetch",
+    "eval",
     "grad_sync",
     "activation",
     "activation_grad",

@@ -80,3 +80,52 @@ def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+#: The GraNNDis paper's four time categories (§8.2).
+TIME_CATEGORIES = ("compute", "intra_comm", "inter_comm", "grad_sync")
+#: Purposes outside training time (exact evaluation) — not part of the breakdown.
+NOT_TRAINING = ("eval",)
+
+
+def time_breakdown(ledger: CommLedger, train_seconds: float) -> dict[str, float]:
+    """Splits ``train_seconds`` of training into compute, intra-server communication,
+    inter-server communication and gradient sync, from the ledger of the same interval: gradient
+    sync is every ``grad_sync`` operation, the communication categories the other training
+    purposes by link class, and compute the rest."""
+    out = dict.fromkeys(TIME_CATEGORIES, 0.0)
+    for (link, purpose), cell in ledger.cells().items():
+        if purpose in NOT_TRAINING:
+            continue
+        key = "grad_sync" if purpose == "grad_sync" else f"{link}_comm"
+        out[key] += cell.seconds
+    out["compute"] = max(0.0, train_seconds - out["intra_comm"] - out["inter_comm"] - out["grad_sync"])
+    out["total"] = train_seconds
+    return out
+
+
+def plot_time_breakdown(epochs: Sequence[dict[str, float]], path: str | Path, title: str,
+                        labels: Sequence[str] | None = None) -> Path:
+    """Stacked bars of the four time categories, one bar per epoch (or per labelled run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(labels) if labels is not None else [str(i) for i in range(len(epochs))]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(epochs) + 3), 4))
+    bottom = [0.0] * len(epochs)
+    colours = {"compute": "tab:green", "intra_comm": "tab:blue", "inter_comm": "tab:red", "grad_sync": "tab:purple"}
+    for cat in TIME_CATEGORIES:
+        values = [e.get(cat, 0.0) for e in epochs]
+        ax.bar(labels, values, bottom=bottom, label=cat.replace("_", " "), color=colours[cat])
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("seconds per rank")
+    ax.legend(fontsize=8)
+    ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -27,6 +27,7 @@ EAS_TOLERANCE = 0.05
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("gnn")
     root = tmp_path_factory.mktemp("data")
+    OGBNodeDataModule("synthetic-tiny", root=str(root)).prepare_data()  # once, before the ranks read it
     torchrun("gnn_strategies.py", 4, str(out), str(root), str(STEPS), ",".join(EXACT + OTHERS + ACCURACY), timeout=900)
 
     def load(name):
@@ -126,3 +127,13 @@ def test_eas_accuracy_close_to_flx(runs):
     assert len({r["test_acc"] for r in flx}) == 1  # gathered: every rank reports the same number
     assert flx[0]["test_acc"] > 0.3  # it learned (8 classes: chance is ~0.125 at best)
     assert abs(flx[0]["test_acc"] - eas[0]["test_acc"]) <= EAS_TOLERANCE
+
+
+def test_time_breakdown_per_epoch(runs):
+    flx, fb = runs["load"]("flx:sage:40")[0], runs["load"]("fb:sage")[0]
+    assert len(flx["epochs"]) == 40 and flx["time_png"].endswith("time_breakdown.png")
+    for epoch in flx["epochs"]:
+        parts = [epoch[k] for k in ("compute", "intra_comm", "inter_comm", "grad_sync")]
+        assert min(parts) >= 0 and sum(parts) == pytest.approx(epoch["total"], rel=1e-6)
+        assert epoch["intra_comm"] > 0 and epoch["inter_comm"] == 0  # GraNNDis: nothing but gradients cross
+    assert fb["epochs"][0]["inter_comm"] > 0

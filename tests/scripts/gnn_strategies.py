@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import lightning_granndis  # noqa: F401
+from lightning_granndis.callbacks import CommMonitor
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.models.gnn import GNNNodeClassifier
 from lightning_granndis.strategies import FullGraphBaselineStrategy, MiniBatchBaselineStrategy, ServerAwareGNNStrategy
@@ -71,8 +72,9 @@ for name in names:
         "mb": lambda: MiniBatchBaselineStrategy(servers=2, link_model="10gbe", batch_size=128),
     }[strategy_name]()
     capture = Capture()
+    monitor = CommMonitor(dirpath=str(out / name.replace(":", "_")))
     limits = dict(max_epochs=epochs) if epochs else dict(max_steps=steps)
-    trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False, callbacks=[capture],
+    trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False, callbacks=[capture, monitor],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1000, **limits)
     trainer.fit(model, datamodule=dm)
@@ -84,7 +86,7 @@ for name in names:
         params={k: v.detach().tolist() for k, v in model.state_dict().items()},
         ledger=ledger, test_acc=strategy.last_eval.get("test"),
         mode=strategy.resolved_mode, reason=strategy.choice.reason if strategy.choice else None,
-        steps=trainer.global_step, iterations=len(trainer.strategy._prepared["train"][1]),
+        steps=trainer.global_step, epochs=monitor.epochs, time_png=(monitor.summary or {}).get("time_png"), iterations=len(trainer.strategy._prepared["train"][1]),
     )
     (out / name.replace(":", "_")).mkdir(parents=True, exist_ok=True)
     (out / name.replace(":", "_") / f"rank{rank}.json").write_text(json.dumps(record))
