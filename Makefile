@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# GraNNDis (FLX) beside the full-graph baseline on the embedded default graph, then a comparison table.
 demo: $(STAMP)
-	$(BIN)/granndis fit --config recipes/demo.yaml
+	$(BIN)/granndis compare recipes/granndis_flx.yaml recipes/gnn_fb_base.yaml --trainer.max_epochs=10
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
@@ -24,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/grad_sync.py
 	$(BIN)/python benchmarks/graph_data.py
+	$(BIN)/python benchmarks/gnn.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb

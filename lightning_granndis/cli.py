@@ -1,12 +1,19 @@
 """The ``granndis`` command: LightningCLI over the suite's strategies, models and DataModules.
 
-    granndis fit --config recipes/demo.yaml
+    granndis fit --config recipes/granndis_flx.yaml
     granndis validate --config recipes/demo.yaml --ckpt_path runs/demo/.../last.ckpt
+    granndis compare recipes/granndis_flx.yaml recipes/gnn_fb_base.yaml [--trainer.max_epochs=10 ...]
+
+Every ``fit`` writes ``summary.json`` into the run's ``default_root_dir``; ``compare`` runs each
+config's ``fit`` in turn (same extra arguments) and prints a table of them side by side.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from pathlib import Path
 
 from lightning.pytorch.cli import LightningCLI
 
@@ -38,13 +45,41 @@ class GranndisCLI(LightningCLI):
                          f"wall: {time.perf_counter() - getattr(self, '_t0', time.perf_counter()):.1f} s")
         strategy = trainer.strategy
         topology = getattr(strategy, "topology", None)
-        lines.append(f"strategy: {type(strategy).__name__}" + (f" on {topology.describe()}" if topology else ""))
+        mode = getattr(strategy, "resolved_mode", None)
+        lines.append(f"strategy: {type(strategy).__name__}" + (f" (mode {mode})" if mode else "")
+                     + (f" on {topology.describe()}" if topology else ""))
+        choice = getattr(strategy, "choice", None)
+        if choice is not None:
+            lines.append(f"auto mode: {choice.reason}")
         for key, value in sorted(trainer.callback_metrics.items()):
             lines.append(f"{key:>24}: {float(value):.4f}")
         ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
         if ckpt:
             lines.append(f"checkpoint: {ckpt}")
         print("\n".join(lines), flush=True)
+        if stage == "fit":
+            self._write_summary(trainer)
+
+    def _write_summary(self, trainer) -> None:
+        from lightning_granndis.callbacks import CommMonitor
+
+        strategy = trainer.strategy
+        monitor = next((c for c in trainer.callbacks if isinstance(c, CommMonitor)), None)
+        ledger = monitor.summary["total"] if monitor is not None and monitor.summary else {}
+        record = {
+            "strategy": type(strategy).__name__,
+            "mode": getattr(strategy, "resolved_mode", None),
+            "epochs": trainer.current_epoch,
+            "steps": trainer.global_step,
+            "wall_s": time.perf_counter() - getattr(self, "_t0", time.perf_counter()),
+            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            "epoch_breakdown": monitor.epochs if monitor is not None else [],
+            "ledger": ledger,
+            "links": strategy.link_model.describe() if hasattr(strategy, "link_model") else None,
+        }
+        path = Path(trainer.default_root_dir) / "summary.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2))
 
 
 def run(args: list[str] | None = None) -> GranndisCLI:
@@ -52,8 +87,67 @@ def run(args: list[str] | None = None) -> GranndisCLI:
     return GranndisCLI(save_config_kwargs={"overwrite": True}, args=args)
 
 
-def main() -> int:
-    run()
+def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
+    """Markdown table of ``fit`` summaries side by side; speed-ups against ``baseline`` (default:
+    the last run). Epoch times average the epochs after the first (set-up and warm-up)."""
+    from lightning_granndis.report import TIME_CATEGORIES, markdown_table
+
+    def epoch_avg(record: dict) -> dict[str, float]:
+        epochs = record["epoch_breakdown"][1:] or record["epoch_breakdown"]
+        keys = (*TIME_CATEGORIES, "total")
+        return {k: sum(e[k] for e in epochs) / max(1, len(epochs)) for k in keys}
+
+    def link_bytes(record: dict, link: str) -> float:
+        cells = record["ledger"]
+        total = sum(v["bytes"] for k, v in cells.items() if k.startswith(f"{link}/") and not k.endswith("/eval"))
+        return total / max(1, record["epochs"])
+
+    baseline = baseline or list(runs)[-1]
+    base = epoch_avg(runs[baseline])["total"]
+    rows = []
+    for name, record in runs.items():
+        avg = epoch_avg(record)
+        rows.append([name, record["mode"] or "-", avg["total"], *(avg[k] for k in TIME_CATEGORIES),
+                     link_bytes(record, "inter") / 1e6, link_bytes(record, "intra") / 1e6,
+                     record["metrics"].get("val_acc", float("nan")), f"{base / max(avg['total'], 1e-12):.2f}x"])
+    headers = ("run", "mode", "epoch s", "compute s", "intra comm s", "inter comm s", "grad sync s",
+               "inter MB/epoch", "intra MB/epoch", "val acc", f"speed-up vs {baseline}")
+    return markdown_table(headers, rows)
+
+
+def compare(configs: list[str], extra: list[str], root: str = "runs/compare") -> dict[str, dict]:
+    """Runs ``granndis fit --config C`` for every config (in turn, as separate launches), then
+    prints their summaries side by side."""
+    import subprocess
+
+    runs = {}
+    for config in configs:
+        name = Path(config).stem
+        out = Path(root) / name
+        cmd = [sys.executable, "-m", "lightning_granndis.cli", "fit", "--config", config,
+               f"--trainer.default_root_dir={out}", *extra]
+        print(f"\n=== {name}: {' '.join(cmd[2:])}", flush=True)
+        subprocess.run(cmd, check=True)
+        runs[name] = json.loads((out / "summary.json").read_text())
+    table = compare_table(runs)
+    links = next((r["links"] for r in runs.values() if r.get("links")), "")
+    print(f"\n== comparison (seconds per rank per epoch; links: {links}) ==\n{table}\n", flush=True)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    (Path(root) / "comparison.md").write_text(table + "\n")
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "compare":
+        configs = [a for a in argv[1:] if not a.startswith("--")]
+        extra = [a for a in argv[1:] if a.startswith("--")]
+        if not configs:
+            print("usage: granndis compare CONFIG.yaml [CONFIG.yaml ...] [--trainer.max_epochs=N ...]", file=sys.stderr)
+            return 2
+        compare(configs, extra)
+        return 0
+    run(argv)
     return 0
 
 

@@ -50,6 +50,17 @@ REFERENCE_FLOPS: dict[str, float] = {
     "h200": 67.0e12,
 }
 
+#: Peak memory bandwidth (B/s) of the same accelerators. GNN layers are memory-bound (gathers and
+#: scatters over edges), so this ratio is the fairer speed scale for GNN workloads.
+REFERENCE_MEMORY_BW: dict[str, float] = {
+    "rtx_a6000": 768e9,
+    "rtx_2080ti": 616e9,
+    "v100": 900e9,
+    "a100": 1555e9,
+    "h100": 3350e9,
+    "h200": 4800e9,
+}
+
 
 @dataclass(frozen=True)
 class LinkModel:
@@ -69,6 +80,10 @@ class LinkModel:
     inter: LinkSpec
     name: str = "custom"
     scale: float = 1.0
+    #: scale to this accelerator (a :data:`REFERENCE_FLOPS` name) once the run measures its speed
+    reference: str | None = None
+    #: what "speed" means for ``reference``: ``"flops"`` (dense compute) or ``"memory"`` (bandwidth)
+    reference_by: str = "flops"
 
     PRESETS = ("granndis_paper", "10gbe", "1gbe")
 
@@ -106,13 +121,31 @@ class LinkModel:
 
     @classmethod
     def resolve(cls, spec: "LinkModel | str | dict | None") -> "LinkModel":
-        """Accepts a model, a preset name, or a dict of :meth:`custom`'s arguments (for YAML)."""
+        """Accepts a model, a preset name, or a dict (for YAML): :meth:`custom`'s arguments, or
+        ``{"preset": name}`` with an optional ``"scale": factor`` or ``"scale_to": accelerator``
+        (bandwidths scaled to this machine's measured speed when the run starts; ``"by": "flops"``
+        compares dense FLOP/s, ``"by": "memory"`` memory bandwidth — the fairer one for GNNs)."""
         if spec is None:
             return cls.preset("granndis_paper")
         if isinstance(spec, LinkModel):
             return spec
         if isinstance(spec, str):
             return cls.preset(spec)
+        if isinstance(spec, dict) and "preset" in spec:
+            extra = set(spec) - {"preset", "scale", "scale_to", "by"}
+            if extra or ("scale" in spec and "scale_to" in spec):
+                raise ValueError(f"a preset link model takes 'scale' or 'scale_to', got {sorted(spec)}.")
+            model = cls.preset(spec["preset"])
+            if "scale" in spec:
+                model = model.scaled(float(spec["scale"]))
+            if "scale_to" in spec:
+                if spec["scale_to"] not in REFERENCE_FLOPS:
+                    raise ValueError(f"Unknown reference accelerator {spec['scale_to']!r}; known: {', '.join(REFERENCE_FLOPS)}.")
+                by = spec.get("by", "flops")
+                if by not in ("flops", "memory"):
+                    raise ValueError(f"'by' must be 'flops' or 'memory', got {by!r}.")
+                model = replace(model, reference=spec["scale_to"], reference_by=by)
+            return model
         if isinstance(spec, dict):
             return cls.custom(**spec)
         raise TypeError(f"link_model must be a LinkModel, a preset name or a dict, got {type(spec).__name__}.")
@@ -156,6 +189,14 @@ class LinkModel:
         local = local_flops if local_flops is not None else measure_local_flops()
         return self.scaled(reference / local)
 
+    def resolve_reference(self, local_speed: float) -> "LinkModel":
+        """Applies a pending ``scale_to``: bandwidths divided by the reference's speed over
+        ``local_speed`` (FLOP/s or memory B/s, per :attr:`reference_by`, of one rank here)."""
+        if self.reference is None:
+            return self
+        table = REFERENCE_FLOPS if self.reference_by == "flops" else REFERENCE_MEMORY_BW
+        return replace(self, reference=None).scaled(table[self.reference] / local_speed)
+
     def describe(self) -> str:
         text = (
             f"{self.name}: intra {self.intra.bandwidth / GB:.3g} GB/s ({self.intra.name}), "
@@ -178,3 +219,19 @@ def measure_local_flops(n: int = 512, repeats: int = 5) -> float:
         a @ b
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+def measure_local_memory_bandwidth(nbytes: int = 64 * 2**20, repeats: int = 5) -> float:
+    """This process's memory bandwidth in B/s: bytes read plus written by a large copy (best of
+    ``repeats``), the bound of gather/scatter-heavy GNN layers."""
+    import torch
+
+    src = torch.empty(nbytes // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best

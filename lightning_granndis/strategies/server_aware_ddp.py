@@ -84,7 +84,28 @@ class ServerAwareDDPStrategy(DDPStrategy):
         super().setup_environment()
         self.topology = self.build_topology()
         self.topology.build_groups()
+        if self._link_model.reference is not None:
+            self._link_model = self._link_model.resolve_reference(self._rank_speed(self._link_model.reference_by))
         self.comm = comm.Communicator(self.topology, self._link_model, emulate=self.emulate)
+
+    def _rank_speed(self, by: str) -> float:
+        """FLOP/s (``by="flops"``) or memory B/s (``"memory"``) one rank gets: measured one rank at
+        a time (ranks share cores), times its share of the cores when all ranks work at once; the
+        mean over ranks, so every rank agrees."""
+        from lightning_granndis.link_model import measure_local_flops, measure_local_memory_bandwidth
+
+        measure = measure_local_flops if by == "flops" else measure_local_memory_bandwidth
+        speeds = []
+        for r in range(self.world_size):
+            if r == self.global_rank:
+                speeds.append(measure())
+            comm.barrier()
+        mine = speeds[0]
+        if self.root_device.type == "cpu":
+            cores = os.cpu_count() or 1
+            mine *= min(1.0, cores / max(1, self.num_processes * torch.get_num_threads()))
+        values = comm.gather_objects(mine)
+        return sum(values) / len(values)
 
     # ------------------------------------------------------------------ gradient sync
     @override
