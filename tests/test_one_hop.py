@@ -91,3 +91,14 @@ def test_masks_follow_hop_distance():
 def test_owner_out_of_range_is_rejected():
     with pytest.raises(ValueError, match=r"part in \[0, 2\)"):
         split_one_hop(torch.empty(2, 0, dtype=torch.long), torch.arange(3), torch.tensor([0, 1, 2]), 2)
+
+
+def test_layer_edges_skip_aggregations_the_next_layer_masks():
+    # chain 3 -> 2 -> 1 -> 0 with hops 3, 2, 1, 0 and L = 3
+    edge_index = torch.tensor([[3, 2, 1], [2, 1, 0]])
+    hop = torch.tensor([0, 1, 2, 3])
+    g = split_one_hop(edge_index, torch.arange(4), torch.zeros(4, dtype=torch.long), 1, hop=hop, exact_hops=3)[0]
+    dst_hops = [sorted(g.hop[g.layer_edge_index(k, 3)[1]].tolist()) for k in range(3)]
+    assert dst_hops == [[0, 1, 2], [0, 1], [0]]
+    approx = split_one_hop(edge_index, torch.arange(4), torch.zeros(4, dtype=torch.long), 1, hop=hop)[0]
+    assert approx.layer_edge_index(2, 3) is approx.edge_index

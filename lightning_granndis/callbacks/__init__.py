@@ -1,6 +1,7 @@
 """Callbacks of the suite."""
 
 from lightning_granndis.callbacks.comm_monitor import CommMonitor
+from lightning_granndis.callbacks.peak_memory import PeakMemory
 from lightning_granndis.callbacks.step_timer import StepTimer
 
-__all__ = ["CommMonitor", "StepTimer"]
+__all__ = ["CommMonitor", "PeakMemory", "StepTimer"]

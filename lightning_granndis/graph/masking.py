@@ -76,10 +76,11 @@ def gcn_degree(stats: torch.Tensor, fill_value: float = 1.0, add_self_loops: boo
 
 
 def local_gcn_edges(graph: OneHopGraph, degree: torch.Tensor, fill_value: float = 1.0,
-                    add_self_loops: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                    add_self_loops: bool = True, edge_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``graph``'s edges as ``GCNConv`` would see them (one self loop per owned vertex) and their
-    weights :math:`w_{uv} / \\sqrt{d_u d_v}` from whole-graph degrees ``degree`` (by global id)."""
-    edge_index = graph.edge_index.cpu()
+    weights :math:`w_{uv} / \\sqrt{d_u d_v}` from whole-graph degrees ``degree`` (by global id).
+    ``edge_index`` overrides the graph's edges (a layer's pruned subset)."""
+    edge_index = (graph.edge_index if edge_index is None else edge_index).cpu()
     weight = torch.ones(edge_index.shape[1], dtype=torch.double)
     if add_self_loops:
         src, dst = edge_index
@@ -156,10 +157,15 @@ class OneHopMasking:
             args[0] = x
         else:
             kwargs["x"] = x
-        self._gcn_arguments(layer, args, kwargs, graph)
+        edge_index = graph.layer_edge_index(k, self.num_layers)
+        if len(args) > 1:
+            args[1] = edge_index
+        else:
+            kwargs["edge_index"] = edge_index
+        self._gcn_arguments(layer, args, kwargs, graph, k)
         return tuple(args), kwargs
 
-    def _gcn_arguments(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph) -> None:
+    def _gcn_arguments(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph, k: int) -> None:
         from torch_geometric.nn import GCNConv
 
         if not isinstance(layer, GCNConv) or not layer.normalize:
@@ -169,10 +175,11 @@ class OneHopMasking:
         if self.degree_stats is None:
             raise ValueError("GCNConv needs the whole graph's degrees: pass degree_stats to OneHopMasking.")
         fill = 2.0 if layer.improved else 1.0
-        key = (id(graph), fill, layer.add_self_loops)
+        key = (id(graph), k, fill, layer.add_self_loops)
         if key not in self._gcn_cache:
             degree = gcn_degree(self.degree_stats, fill, layer.add_self_loops)
-            edge_index, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops)
+            edge_index, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops,
+                                                 graph.layer_edge_index(k, self.num_layers))
             device = graph.edge_index.device
             self._gcn_cache[key] = (edge_index.to(device), weight.to(device))
         edge_index, weight = self._gcn_cache[key]

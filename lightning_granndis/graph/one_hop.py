@@ -67,6 +67,18 @@ class OneHopGraph:
             masks.append(mask if bool(mask.any()) else None)
         return masks
 
+    def layer_edge_index(self, k: int, num_layers: int) -> torch.Tensor:
+        """The edges layer ``k`` (0-based) needs: for an exact subgraph only those into vertices whose
+        layer-``k`` output is still exact (``hop <= L - 1 - k``); the others would be masked at the
+        next layer anyway, so their aggregation is skipped. Approximate subgraphs use every edge."""
+        if self.exact_hops is None:
+            return self.edge_index
+        cache = self.__dict__.setdefault("_layer_edges", {})
+        if (k, num_layers) not in cache:
+            keep = self.hop[self.edge_index[1]] <= self.exact_hops - 1 - k
+            cache[(k, num_layers)] = self.edge_index if bool(keep.all()) else self.edge_index[:, keep]
+        return cache[(k, num_layers)]
+
     def to(self, device: torch.device | str) -> "OneHopGraph":
         move = {name: getattr(self, name).to(device) for name in ("n_id", "edge_index", "send_index", "hop", "seed")}
         return OneHopGraph(self.n_owned, send_splits=self.send_splits, recv_splits=self.recv_splits,

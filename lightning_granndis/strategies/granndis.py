@@ -173,11 +173,17 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         objs = None
         if self.global_rank == 0:
             t0 = time.perf_counter()
-            plans = self._train_plans(data) if kind == "train" else self._eval_plans(data)
-            weights = self._loss_weights(plans, data)
-            objs = [(graphs, weights[r], self.choice) for r, graphs in enumerate(plans)]
-            rank_zero_info(f"granndis: {kind} plan for {len(plans)} ranks built in {time.perf_counter() - t0:.1f}s")
-        graphs, weights, choice = comm.scatter_objects(objs)
+            try:
+                plans = self._train_plans(data) if kind == "train" else self._eval_plans(data)
+                weights = self._loss_weights(plans, data)
+                objs = [(graphs, weights[r], self.choice) for r, graphs in enumerate(plans)]
+            except Exception as error:  # every rank raises it, instead of waiting for a plan forever
+                objs = [error] * self.world_size
+            rank_zero_info(f"granndis: {kind} plan for {self.world_size} ranks built in {time.perf_counter() - t0:.1f}s")
+        received = comm.scatter_objects(objs)
+        if isinstance(received, Exception):
+            raise received
+        graphs, weights, choice = received
         if kind == "train":
             self.choice = choice
             if choice is not None:
@@ -341,7 +347,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         mine = (graph.n_id[: graph.n_owned][graph.seed].cpu(), logits[graph.seed].argmax(-1).cpu())
         acc = self._gathered_accuracy(comm.gather_objects(mine), split)
         self.last_eval[split] = acc
-        module.log(f"{split}_acc", acc, batch_size=1, prog_bar=True, sync_dist=False)
+        # the same gathered value on every rank: the (mean) sync only silences Lightning's warning
+        module.log(f"{split}_acc", acc, batch_size=1, prog_bar=True, sync_dist=True)
         return None
 
     def _gathered_accuracy(self, parts, split: str) -> float:
@@ -362,6 +369,13 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     @override
     def test_step(self, *args: Any, **kwargs: Any):
         return self._evaluate("test", args, kwargs, super().test_step)
+
+    @override
+    def predict_step(self, *args: Any, **kwargs: Any):
+        """The module's ``predict_step`` on the rank's part of the exact full-graph split (its rows
+        are ``batch.n_id``)."""
+        self._activate(args[0])
+        return super().predict_step(*args, **kwargs)
 
     @classmethod
     @override
