@@ -35,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from _results import save_results
+
 DATA = Path(__file__).parent.parent / "data"
 WORLD, SERVERS, DEVICES = 4, 2, 2
 HIDDEN, LAYERS = 64, 3
@@ -329,12 +330,7 @@ def main() -> None:
         res["gbe1"] = run_all(Path(tmp) / "gbe1", dataset, {"preset": "1gbe"}, args.epochs, args.mb_epochs)
     # top level keyed by mode (the scaled run), the 1 Gbit/s run under "gbe1"
     out = {**res["scaled"], "gbe1": res["gbe1"], "meta": meta}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "gnn.json").write_text(json.dumps(out, indent=2) + "\n")
-    text = report(res)
-    (RESULTS / "gnn.md").write_text(text)
-    plot(res, RESULTS / "gnn.png")
-    print(text)
+    save_results("gnn", out, report(res), lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from _results import save_results
+
 WORLD, SERVERS = 4, 2
 HIDDEN = [256, 256]
 
@@ -148,12 +149,7 @@ def main() -> None:
         subprocess.run(cmd, check=True, env=env)
         res = aggregate(Path(tmp), args.steps)
     res.update(reference=args.reference, local_flops=local_flops, link_scale=scale)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "grad_sync.json").write_text(json.dumps(res, indent=2) + "\n")
-    text = report(res)
-    (RESULTS / "grad_sync.md").write_text(text)
-    plot(res, RESULTS / "grad_sync.png")
-    print(text)
+    save_results("grad_sync", res, report(res), lambda path: plot(res, path))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,7 @@ def compare(configs: list[str], extra: list[str], root: str = "runs/compare") ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = argv
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "compare":
         configs = [a for a in argv[1:] if not a.startswith("--")]
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         compare(configs, extra)
         return 0
-    run(argv)
+    run(given)  # None: LightningCLI reads sys.argv itself
     return 0
 
 
