@@ -2,5 +2,6 @@
 
 from lightning_granndis.datamodules.digits import DigitsDataModule
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
+from lightning_granndis.datamodules.text import TextDataModule
 
-__all__ = ["DigitsDataModule", "OGBNodeDataModule"]
+__all__ = ["DigitsDataModule", "OGBNodeDataModule", "TextDataModule"]
