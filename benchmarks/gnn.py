@@ -156,21 +156,17 @@ def modelled_paper_cluster(dataset: str, C_local: float, speed_scale: float) -> 
 
 
 def summarise(record: dict) -> dict:
-    from lightning_granndis.report import TIME_CATEGORIES
+    from lightning_granndis.report import TIME_CATEGORIES, training_bytes
 
     epochs = record["epochs"][1:] or record["epochs"]
     avg = {k: sum(e[k] for e in epochs) / len(epochs) for k in (*TIME_CATEGORIES, "total")}
     n_epochs = len(record["epochs"])
 
-    def link_bytes(link: str) -> float:
-        return sum(v["bytes"] for k, v in record["ledger"].items()
-                   if k.startswith(f"{link}/") and not k.endswith("/eval")) / n_epochs
-
     # the ledger is rank 0's; bytes per link over all ranks come from the monitor's merged totals
     return {
         "epoch_s": avg["total"], "breakdown_s": {k: avg[k] for k in TIME_CATEGORIES},
         "inter_bytes": record["inter_bytes"], "intra_bytes": record["intra_bytes"],
-        "rank0_inter_bytes": link_bytes("inter"), "test_acc": record["test_acc"],
+        "rank0_inter_bytes": training_bytes(record["ledger"], "inter") / n_epochs, "test_acc": record["test_acc"],
         "peak_mem_mb": max(m["peak_mem_mb"] for m in record["memory"]),
         "activation_mb": max(m["activation_mb"] for m in record["memory"]),
         "steps_per_epoch": record["steps"] / n_epochs, "epochs": n_epochs, "fit_s": record["fit_s"],
@@ -178,6 +174,8 @@ def summarise(record: dict) -> dict:
 
 
 def run_all(tmp: Path, dataset: str, link_spec: dict, epochs: int, mb_epochs: int) -> dict[str, dict]:
+    from lightning_granndis.report import training_bytes
+
     out = {}
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for mode in MODES:
@@ -190,8 +188,7 @@ def run_all(tmp: Path, dataset: str, link_spec: dict, epochs: int, mb_epochs: in
         record = json.loads((tmp / f"{mode}.json").read_text())
         merged = json.loads((tmp / mode / "comm_breakdown.json").read_text())["total"]
         for link in ("inter", "intra"):
-            record[f"{link}_bytes"] = sum(v["bytes"] for k, v in merged.items()
-                                         if k.startswith(f"{link}/") and not k.endswith("/eval")) / n
+            record[f"{link}_bytes"] = training_bytes(merged, link) / n
         out[mode] = summarise(record)
         out[mode]["links"] = record["links"]
     return out
@@ -258,15 +255,14 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lightning_granndis.report import TIME_CATEGORIES
+    from lightning_granndis.report import TIME_CATEGORIES, TIME_COLOURS
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    colours = {"compute": "tab:green", "intra_comm": "tab:blue", "inter_comm": "tab:red", "grad_sync": "tab:purple"}
     for ax, key, title in ((axes[0], "scaled", "scaled paper cluster"), (axes[1], "gbe1", "1 Gbit/s")):
         bottom = [0.0] * len(MODES)
         for cat in TIME_CATEGORIES:
             vals = [res[key][m]["breakdown_s"][cat] for m in MODES]
-            ax.bar(MODES, vals, bottom=bottom, color=colours[cat], label=cat.replace("_", " "))
+            ax.bar(MODES, vals, bottom=bottom, color=TIME_COLOURS[cat], label=cat.replace("_", " "))
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_title(f"epoch time, {title}")
         ax.set_ylabel("seconds per rank")

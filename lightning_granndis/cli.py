@@ -90,7 +90,7 @@ def run(args: list[str] | None = None) -> GranndisCLI:
 def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     """Markdown table of ``fit`` summaries side by side; speed-ups against ``baseline`` (default:
     the last run). Epoch times average the epochs after the first (set-up and warm-up)."""
-    from lightning_granndis.report import TIME_CATEGORIES, markdown_table
+    from lightning_granndis.report import TIME_CATEGORIES, markdown_table, training_bytes
 
     def epoch_avg(record: dict) -> dict[str, float]:
         epochs = record["epoch_breakdown"][1:] or record["epoch_breakdown"]
@@ -98,9 +98,7 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
         return {k: sum(e[k] for e in epochs) / max(1, len(epochs)) for k in keys}
 
     def link_bytes(record: dict, link: str) -> float:
-        cells = record["ledger"]
-        total = sum(v["bytes"] for k, v in cells.items() if k.startswith(f"{link}/") and not k.endswith("/eval"))
-        return total / max(1, record["epochs"])
+        return training_bytes(record["ledger"], link) / max(1, record["epochs"])
 
     baseline = baseline or list(runs)[-1]
     base = epoch_avg(runs[baseline])["total"]

@@ -48,6 +48,17 @@ def breakdown_rows(merged: CommLedger, ranks: int) -> list[list[object]]:
     return rows
 
 
+def _save(fig, path: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str) -> Path:
     """Saves a bar chart of bytes and seconds per (link, purpose) as a PNG."""
     import matplotlib
@@ -74,18 +85,21 @@ def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str)
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, fontsize=8)
     fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 #: The GraNNDis paper's four time categories (§8.2).
 TIME_CATEGORIES = ("compute", "intra_comm", "inter_comm", "grad_sync")
 #: Purposes outside training time (exact evaluation) — not part of the breakdown.
 NOT_TRAINING = ("eval",)
+#: Plot colour of each time category.
+TIME_COLOURS = {"compute": "tab:green", "intra_comm": "tab:blue", "inter_comm": "tab:red", "grad_sync": "tab:purple"}
+
+
+def training_bytes(cells: dict[str, dict], link: str) -> int:
+    """Bytes of a :meth:`CommLedger.to_dict` on ``link`` (``intra``/``inter``), training purposes only."""
+    return sum(v["bytes"] for k, v in cells.items()
+               if k.split("/")[0] == link and k.split("/")[1] not in NOT_TRAINING)
 
 
 def time_breakdown(ledger: CommLedger, train_seconds: float) -> dict[str, float]:
@@ -115,17 +129,11 @@ def plot_time_breakdown(epochs: Sequence[dict[str, float]], path: str | Path, ti
     labels = list(labels) if labels is not None else [str(i) for i in range(len(epochs))]
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(epochs) + 3), 4))
     bottom = [0.0] * len(epochs)
-    colours = {"compute": "tab:green", "intra_comm": "tab:blue", "inter_comm": "tab:red", "grad_sync": "tab:purple"}
     for cat in TIME_CATEGORIES:
         values = [e.get(cat, 0.0) for e in epochs]
-        ax.bar(labels, values, bottom=bottom, label=cat.replace("_", " "), color=colours[cat])
+        ax.bar(labels, values, bottom=bottom, label=cat.replace("_", " "), color=TIME_COLOURS[cat])
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("seconds per rank")
     ax.legend(fontsize=8)
     ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

@@ -9,7 +9,6 @@ from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
 import lightning_granndis  # noqa: F401
-from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.graph.masking import OneHopMasking, message_passing_layers
 from lightning_granndis.graph.one_hop import split_one_hop
 from lightning_granndis.graph.validation import GraphValidationError
@@ -39,14 +38,6 @@ def test_world_size_must_split_into_servers():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ServerAwareGNNStrategy(**kwargs)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    dm = OGBNodeDataModule("synthetic-tiny", root=str(tmp_path_factory.mktemp("data")))
-    dm.prepare_data()
-    dm.setup()
-    return dm
 
 
 def fit(model, datamodule, strategy, **kw):

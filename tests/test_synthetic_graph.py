@@ -8,14 +8,6 @@ from lightning_granndis.datamodules import OGBNodeDataModule
 from lightning_granndis.datamodules.synthetic import PRESETS, SyntheticGraphSpec, generate
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    dm = OGBNodeDataModule("synthetic-tiny", root=str(tmp_path_factory.mktemp("graphs")))
-    dm.prepare_data()
-    dm.setup()
-    return dm
-
-
 def test_generation_is_deterministic_by_seed():
     spec = PRESETS["tiny"]
     a, b = generate(spec), generate(spec)
