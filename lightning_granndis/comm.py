@@ -184,6 +184,7 @@ class Communicator:
         received: dict[int, int],
         wall: float,
         inter_senders: Sequence[int],
+        may_sleep: bool = True,
     ) -> None:
         """Books one finished operation; when emulating, first sleeps up to its modelled time."""
         # per link class: bytes sent, bytes received, messages sent, messages received
@@ -204,7 +205,7 @@ class Communicator:
             for lk, c in per_link.items()
         }
         slowest = "inter" if per_link["inter"][0] or per_link["inter"][1] else "intra"
-        if self.emulate and slowest == "inter":
+        if self.emulate and may_sleep and slowest == "inter":
             target = max(modelled.values())
             if target > wall:
                 time.sleep(target - wall)
@@ -355,15 +356,23 @@ class Communicator:
 
     # ------------------------------------------------------------------ point to point
     def isend(self, tensor: torch.Tensor, dst: int, purpose: str = "other", group=None) -> "BookedWork":
+        """Non-blocking send. When emulating, an inter-server send first holds the sender for its
+        modelled time (the link serialises it), so the receiver sees the data that much later."""
         nbytes = tensor.numel() * tensor.element_size()
         _sync(tensor)
+        t0 = time.perf_counter()
+        if self.emulate and self.topology.link(self.rank, dst) == "inter":
+            time.sleep(self.link_model.time("inter", nbytes, 1))
         work = dist.isend(tensor.contiguous(), dst=dst, group=group)
-        return BookedWork(self, work, tensor, purpose, sent={dst: nbytes}, received={}, senders=[self.rank])
+        return BookedWork(self, work, tensor, purpose, sent={dst: nbytes}, received={}, senders=[self.rank],
+                          may_sleep=False, t0=t0)
 
     def irecv(self, tensor: torch.Tensor, src: int, purpose: str = "other", group=None) -> "BookedWork":
+        """Non-blocking receive (never delayed by emulation: the sender carries the link's time)."""
         nbytes = tensor.numel() * tensor.element_size()
         work = dist.irecv(tensor, src=src, group=group)
-        return BookedWork(self, work, tensor, purpose, sent={}, received={src: nbytes}, senders=[src])
+        return BookedWork(self, work, tensor, purpose, sent={}, received={src: nbytes}, senders=[src],
+                          may_sleep=False)
 
     def send(self, tensor: torch.Tensor, dst: int, purpose: str = "other", group=None) -> None:
         self.isend(tensor, dst, purpose, group).wait()
@@ -398,10 +407,12 @@ class Communicator:
 class BookedWork:
     """An in-flight isend/irecv that books itself in the ledger when waited on."""
 
-    def __init__(self, comm, work, tensor, purpose, sent, received, senders) -> None:
+    def __init__(self, comm, work, tensor, purpose, sent, received, senders, may_sleep: bool = True,
+                 t0: float | None = None) -> None:
         self._comm, self._work, self._tensor = comm, work, tensor
         self._purpose, self._sent, self._received, self._senders = purpose, sent, received, senders
-        self._t0 = time.perf_counter()
+        self._may_sleep = may_sleep
+        self._t0 = time.perf_counter() if t0 is None else t0
         self._done = False
 
     def wait(self) -> None:
@@ -410,7 +421,7 @@ class BookedWork:
         self._work.wait()
         _sync(self._tensor)
         wall = time.perf_counter() - self._t0
-        self._comm._book(self._purpose, self._sent, self._received, wall, self._senders)
+        self._comm._book(self._purpose, self._sent, self._received, wall, self._senders, self._may_sleep)
         self._done = True
 
 

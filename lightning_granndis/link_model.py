@@ -46,6 +46,7 @@ REFERENCE_FLOPS: dict[str, float] = {
     "rtx_2080ti": 13.4e12,  # GraNNDis' low-end cluster (§8.4)
     "v100": 15.7e12,
     "a100": 19.5e12,
+    "a100_fp16": 312e12,  # dense FP16 tensor cores: Megatron/Optimus-CC train GPT in FP16
     "h100": 67.0e12,
     "h200": 67.0e12,
 }
@@ -57,6 +58,7 @@ REFERENCE_MEMORY_BW: dict[str, float] = {
     "rtx_2080ti": 616e9,
     "v100": 900e9,
     "a100": 1555e9,
+    "a100_fp16": 1555e9,
     "h100": 3350e9,
     "h200": 4800e9,
 }
@@ -72,7 +74,7 @@ class LinkModel:
         name: a label for tables and plots.
         scale: every bandwidth is divided by this factor (1 = the real cluster).
 
-    Build one from a preset with :meth:`preset` (``granndis_paper``, ``10gbe``, ``1gbe``) or with
+    Build one from a preset with :meth:`preset` (``granndis_paper``, ``optimus_cc_paper``, ``10gbe``, ``1gbe``) or with
     :meth:`custom`.
     """
 
@@ -85,7 +87,7 @@ class LinkModel:
     #: what "speed" means for ``reference``: ``"flops"`` (dense compute) or ``"memory"`` (bandwidth)
     reference_by: str = "flops"
 
-    PRESETS = ("granndis_paper", "10gbe", "1gbe")
+    PRESETS = ("granndis_paper", "optimus_cc_paper", "10gbe", "1gbe")
 
     @classmethod
     def preset(cls, name: str) -> "LinkModel":
@@ -93,6 +95,9 @@ class LinkModel:
         nvlink = LinkSpec(112 * GB, 5e-6, "NVLink bridge 112 GB/s")
         if key == "granndis_paper":
             return cls(nvlink, LinkSpec(32e9 / 8, 2e-6, "InfiniBand QDR 32 Gbit/s"), "granndis_paper")
+        if key == "optimus_cc_paper":  # ASPLOS'23 artifact README: A100 nodes, 200 Gbit/s InfiniBand
+            return cls(LinkSpec(300 * GB, 3e-6, "NVLink3/NVSwitch 300 GB/s"),
+                       LinkSpec(200e9 / 8, 5e-6, "InfiniBand HDR 200 Gbit/s"), "optimus_cc_paper")
         if key == "10gbe":
             return cls(nvlink, LinkSpec(10e9 / 8, 30e-6, "10 GbE"), "10gbe")
         if key == "1gbe":

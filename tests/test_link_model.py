@@ -9,6 +9,12 @@ def test_granndis_paper_preset_matches_the_papers_cluster():
     assert m.bandwidth("inter") == 32e9 / 8
 
 
+def test_optimus_cc_paper_preset_is_a100_nodes_on_200_gbit_infiniband():
+    m = LinkModel.preset("optimus_cc_paper")
+    assert m.bandwidth("inter") == 200e9 / 8
+    assert m.bandwidth("intra") > 10 * m.bandwidth("inter")
+
+
 def test_time_is_latency_plus_bytes_over_bandwidth():
     m = LinkModel.custom(intra_gbps=80, inter_gbps=8, intra_latency_us=3, inter_latency_us=7)
     assert m.time("inter", 1_000_000) == pytest.approx(7e-6 + 1_000_000 / 1e9)
@@ -29,7 +35,7 @@ def test_scaling_divides_every_bandwidth_by_the_same_factor():
 
 
 def test_unknown_preset_is_a_clear_error():
-    with pytest.raises(ValueError, match="Unknown link preset 'infiniband'.*granndis_paper, 10gbe, 1gbe"):
+    with pytest.raises(ValueError, match="Unknown link preset 'infiniband'.*granndis_paper, optimus_cc_paper, 10gbe, 1gbe"):
         LinkModel.preset("infiniband")
     with pytest.raises(ValueError, match="Unknown reference accelerator"):
         LinkModel.preset("1gbe").scaled_to_reference("tpu9", local_flops=1e9)

@@ -93,5 +93,12 @@ class LowRankCompressor:
         state = self._streams.get(stream)
         return None if state is None else state.error
 
+    def state_dict(self) -> dict:
+        """Every stream's ``Q`` and residual (streams keyed by ``str``), for checkpoints."""
+        return {str(k): {"q": v.q, "error": v.error} for k, v in self._streams.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._streams = {k: _Stream(q=v["q"], error=v["error"]) for k, v in state.items()}
+
     def reset(self) -> None:
         self._streams.clear()

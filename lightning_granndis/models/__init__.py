@@ -1,6 +1,7 @@
 """Reference LightningModules."""
 
 from lightning_granndis.models.gnn import GNNNodeClassifier
+from lightning_granndis.models.gpt import GPT
 from lightning_granndis.models.mlp import MLPClassifier
 
-__all__ = ["GNNNodeClassifier", "MLPClassifier"]
+__all__ = ["GPT", "GNNNodeClassifier", "MLPClassifier"]

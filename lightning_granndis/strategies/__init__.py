@@ -4,10 +4,14 @@ from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
 from lightning_granndis.strategies.gnn_fb_base import FullGraphBaselineStrategy
 from lightning_granndis.strategies.gnn_mb_base import MiniBatchBaselineStrategy
 from lightning_granndis.strategies.granndis import ServerAwareGNNStrategy
+from lightning_granndis.strategies.optimus_cc import CompressedPipelineStrategy
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 #: Every strategy class the package defines, in registration order.
-STRATEGIES = (ServerAwareDDPStrategy, ServerAwareGNNStrategy, FullGraphBaselineStrategy, MiniBatchBaselineStrategy)
+STRATEGIES = (
+    ServerAwareDDPStrategy, ServerAwareGNNStrategy, FullGraphBaselineStrategy, MiniBatchBaselineStrategy,
+    CompressedPipelineStrategy,
+)
 
 
 def register_strategies() -> None:
@@ -25,6 +29,6 @@ def registered_names() -> list[str]:
 
 
 __all__ = [
-    "STRATEGIES", "FullGraphBaselineStrategy", "MiniBatchBaselineStrategy", "SafeCheckpointIO", "ServerAwareDDPStrategy",
+    "STRATEGIES", "CompressedPipelineStrategy", "FullGraphBaselineStrategy", "MiniBatchBaselineStrategy", "SafeCheckpointIO", "ServerAwareDDPStrategy",
     "ServerAwareGNNStrategy", "register_strategies", "registered_names",
 ]

@@ -113,6 +113,7 @@ for _ in range(3):
     d = c.ledger.since(mark).get("inter", "grad_sync")
     timings.append({"wall": wall, "booked": d.seconds, "modelled": d.modelled_seconds, "bytes": d.bytes})
 mark = c.ledger.snapshot()
+comm.barrier()
 if rank == 0:
     c.send(torch.ones(250), dst=3, purpose="activation")
 elif rank == 3:

@@ -1,0 +1,323 @@
+"""Pipeline parallelism inside Lightning, with Optimus-CC's communication compression."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.types import _PATH
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+from torch import nn
+from typing_extensions import override
+
+from lightning_granndis import comm
+from lightning_granndis.compression.powersgd import PowerSGDReducer
+from lightning_granndis.link_model import LinkModel
+from lightning_granndis.pipeline.checkpoint import shard_path
+from lightning_granndis.pipeline.layout import PipelineLayout, build_layout
+from lightning_granndis.pipeline.runtime import BackwardCompression, PipelineRuntime
+from lightning_granndis.pipeline.schedules import SCHEDULES
+from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
+
+
+class CompressedPipelineStrategy(ServerAwareDDPStrategy):
+    """DP x PP pipeline training of a :class:`~lightning_granndis.pipeline.PipelinedModule`, with
+    Optimus-CC's compression (Song et al., `Optimus-CC: Efficient Large NLP Model Training with 3D
+    Parallelism Aware Communication Compression <https://arxiv.org/abs/2301.09830>`_, ASPLOS'23).
+
+    The world of ``P`` ranks runs ``P / stages`` replicas of a ``stages``-deep pipeline; replica
+    ``d`` holds ranks ``d*stages .. d*stages + stages - 1``. Each rank keeps only its stage's blocks
+    (and their optimizer state). A step runs the batch's micro-batches through the schedule, then
+    averages each stage's gradients over the replicas, then steps every rank's optimizer.
+
+    Args:
+        stages: pipeline depth (default: the whole world, one replica).
+        schedule: ``"1f1b"`` (default) or ``"gpipe"``.
+        microbatches: micro-batches per batch (default 4).
+        balance: blocks per stage; default: a bottleneck-minimising split of the blocks' profiled
+            cost (``example_input_array``) or, without one, their parameter counts.
+        memory_cap: bytes one stage may hold when planning (default unlimited).
+        compress_backward: Compressed Backpropagation (CB) of the activation gradients.
+        rank: rank of CB's factors (default 16).
+        lep: Lazy Error Propagation for CB (default ``True``).
+        epilogue_only: compress only the schedule's flush (cool-down) sends (default ``False``).
+        inter_server_only: compress only boundaries that cross servers (default ``False``).
+        fused_embedding: Fused Embedding synchronisation (FE): a parameter shared by several stages
+            (tied embeddings) is averaged over replicas and summed over its stages in one
+            collective, instead of a data-parallel all-reduce then an embedding all-reduce.
+        dp_compression: PowerSGD for the data-parallel gradient averaging.
+        dp_rank: its rank (default 4).
+        selective_stages: Selective Compression (SC): only stages ``< selective_stages`` (the first
+            ``W``, whose gradients are ready last) use PowerSGD; default all stages.
+        dp_warmup_steps: exact averaging for this many first steps (default 0).
+        servers, link_model, emulate: as in :class:`ServerAwareDDPStrategy`.
+        **kwargs: passed on to Lightning's ``DDPStrategy`` (launch, process group, timeouts).
+
+    Traffic is booked as ``activation``, ``activation_grad``, ``grad_sync`` and ``embedding_sync``.
+    """
+
+    strategy_name = "compressed_pipeline"
+
+    def __init__(
+        self,
+        stages: int | None = None,
+        schedule: str = "1f1b",
+        microbatches: int = 4,
+        balance: Sequence[int] | None = None,
+        memory_cap: float | None = None,
+        compress_backward: bool = False,
+        rank: int = 16,
+        lep: bool = True,
+        epilogue_only: bool = False,
+        inter_server_only: bool = False,
+        fused_embedding: bool = False,
+        dp_compression: bool = False,
+        dp_rank: int = 4,
+        selective_stages: int | None = None,
+        dp_warmup_steps: int = 0,
+        servers: int | None = None,
+        link_model: LinkModel | str | dict | None = "optimus_cc_paper",
+        emulate: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(servers=servers, link_model=link_model, emulate=emulate, hierarchical=False, **kwargs)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        if microbatches < 1:
+            raise ValueError(f"microbatches must be at least 1, got {microbatches}.")
+        if rank < 1 or dp_rank < 1:
+            raise ValueError(f"compression ranks must be at least 1, got rank={rank}, dp_rank={dp_rank}.")
+        if stages is not None and stages < 1:
+            raise ValueError(f"stages must be at least 1, got {stages}.")
+        self._stages = stages
+        self.schedule, self.microbatches = schedule, microbatches
+        self.balance = list(balance) if balance is not None else None
+        self.memory_cap = memory_cap
+        self.compress_backward, self.rank, self.lep = compress_backward, rank, lep
+        self.epilogue_only, self.inter_server_only = epilogue_only, inter_server_only
+        self.fused_embedding = fused_embedding
+        self.dp_compression, self.dp_rank = dp_compression, dp_rank
+        self.selective_stages, self.dp_warmup_steps = selective_stages, dp_warmup_steps
+        self.layout: PipelineLayout | None = None
+        self.runtime: PipelineRuntime | None = None
+        self.reducer: PowerSGDReducer | None = None
+
+    # ------------------------------------------------------------------ shape of the run
+    @property
+    def stages(self) -> int:
+        return self._stages or self.num_nodes * self.num_processes
+
+    @property
+    def replicas(self) -> int:
+        return (self.num_nodes * self.num_processes) // self.stages
+
+    @override
+    def _configure_launcher(self) -> None:
+        world = self.num_nodes * self.num_processes
+        if world % self.stages:
+            raise ValueError(
+                f"world size {world} (devices x num_nodes) is not a multiple of stages={self.stages}: use a world of "
+                f"replicas x stages ranks, or stages in {[s for s in range(1, world + 1) if world % s == 0]}."
+            )
+        super()._configure_launcher()
+
+    @property
+    @override
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        # Every stage of a replica reads the same batches; replicas read disjoint ones.
+        replica = self.global_rank // self.stages
+        return {"num_replicas": self.replicas, "rank": replica}
+
+    # ------------------------------------------------------------------ set-up
+    @override
+    def setup(self, trainer: pl.Trainer) -> None:
+        assert self.accelerator is not None and self.model is not None
+        self.accelerator.setup(trainer)
+        self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        self._setup_pipeline()
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
+        self.precision_plugin.clip_grad_by_norm = self._clip_grad_by_norm  # global norm across stages
+
+    def _setup_pipeline(self) -> None:
+        module = self.lightning_module
+        for hook in ("pipeline_blocks", "pipeline_input", "pipeline_loss", "pipeline_step"):
+            if not callable(getattr(module, hook, None)):
+                raise TypeError(
+                    f"{type(module).__name__} cannot be pipelined: it has no {hook}(). Derive it from "
+                    "lightning_granndis.pipeline.PipelinedModule and declare its blocks and loss."
+                )
+        if self.layout is not None and getattr(module, "_pipeline_layout", None) is self.layout:
+            return  # already split (e.g. validate after fit)
+        assert self.topology is not None and self.comm is not None
+        self.layout = build_layout(module, self.topology, self.stages, balance=self.balance,
+                                   memory_cap=self.memory_cap, microbatches=self.microbatches,
+                                   device=self.root_device, communicator=self.comm)
+        layout = self.layout
+        if self.global_rank == 0:
+            rank_zero_info(layout.describe())
+        compression = None
+        if self.compress_backward:
+            boundaries = set(range(self.stages - 1))
+            if self.inter_server_only:
+                boundaries = set(layout.placement.inter_boundaries[layout.replica])
+            compression = BackwardCompression(self.rank, self.lep, self.epilogue_only, frozenset(boundaries))
+        self.runtime = PipelineRuntime(
+            layout.stage, layout.chain, layout.owned_blocks(module), self.comm, self.schedule, self.microbatches,
+            compression, chain_group=layout.chain_group, device=self.root_device,
+        )
+        compressed = self.dp_compression and (self.selective_stages is None or layout.stage < self.selective_stages)
+        self.reducer = PowerSGDReducer(self.dp_rank, warmup_steps=self.dp_warmup_steps) if compressed else None
+        module._pipeline_runner = self.runtime
+        module._pipeline_layout = layout
+
+    # ------------------------------------------------------------------ step
+    @override
+    def backward(self, closure_loss: torch.Tensor, optimizer, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # The pipeline already ran the backward inside the step; here its gradients join `.grad`,
+        # after Lightning's zero_grad, scaled like the loss Lightning would have back-propagated.
+        module = self.lightning_module
+        self.pre_backward(closure_loss)
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        accumulate = self.lightning_module.trainer.accumulate_grad_batches if module.automatic_optimization else 1
+        assert self.runtime is not None
+        self.runtime.apply_grads(1.0 / accumulate)
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        self.post_backward(closure_loss)
+        return closure_loss
+
+    @override
+    def optimizer_step(self, optimizer, closure: Callable[[], Any], model=None, **kwargs: Any) -> Any:
+        def closure_then_sync() -> Any:
+            out = closure()
+            self.sync_pipeline_gradients()
+            return out
+
+        return super().optimizer_step(optimizer, closure_then_sync, model, **kwargs)
+
+    def sync_pipeline_gradients(self) -> None:
+        """Averages this stage's gradients over the replicas and sums shared (tied) parameters'
+        over the stages holding them: FE fuses the two into one collective."""
+        assert self.layout is not None and self.runtime is not None and self.comm is not None
+        layout = self.layout
+        params = self.runtime.params
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        shared = [p for p in params if id(p) in layout.shared]
+        plain = [p for p in params if id(p) not in layout.shared]
+        fuse = self.fused_embedding and shared
+        dp_params = plain if fuse else params
+        if self.replicas > 1 and dp_params:
+            grads = [p.grad for p in dp_params]
+            if self.reducer is not None:
+                self.reducer.reduce(grads, self.comm, layout.dp_group, self.replicas)
+            else:
+                _all_reduce_flat(grads, self.comm, layout.dp_group, self.replicas, "grad_sync")
+        if shared:
+            grads = [p.grad for p in shared]
+            if fuse:  # one collective over every holder of every replica: sum / replicas
+                _all_reduce_flat(grads, self.comm, layout.shared_group_all, self.replicas, "embedding_sync")
+            else:     # already averaged over replicas: sum over this replica's holders
+                _all_reduce_flat(grads, self.comm, layout.shared_group_replica, 1, "embedding_sync")
+
+    def _clip_grad_by_norm(self, optimizer, clip_val: float | int) -> None:
+        """Clips by the norm of the whole model's gradient (every stage, shared parameters once)."""
+        assert self.layout is not None and self.runtime is not None and self.comm is not None
+        grads = [p.grad for p in self.runtime.params if p.grad is not None and self.layout.counts_in_norm(p)]
+        total = torch.zeros((), device=self.root_device)
+        for g in grads:
+            total += g.detach().float().pow(2).sum()
+        if self.stages > 1:
+            self.comm.all_reduce(total, "other", group=self.layout.chain_group)
+        norm = total.sqrt()
+        scale = torch.clamp(float(clip_val) / (norm + 1e-6), max=1.0)
+        for p in self.runtime.params:
+            if p.grad is not None:
+                p.grad.mul_(scale.to(p.grad.dtype))
+
+    # ------------------------------------------------------------------ checkpoints
+    def shard_path(self, filepath: _PATH, stage: int | None = None) -> Path:
+        """Stage 0's shard is ``filepath`` itself (with the loops' state); stage ``s`` writes
+        ``filepath.stage{s}``."""
+        stage = self.layout.stage if stage is None and self.layout is not None else (stage or 0)
+        return shard_path(filepath, stage)
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
+        assert self.layout is not None
+        if self.layout.replica != 0:
+            return
+        checkpoint["pipeline"] = self.layout.metadata()
+        checkpoint["pipeline_state"] = self._compression_state()
+        self.checkpoint_io.save_checkpoint(checkpoint, self.shard_path(filepath), storage_options=storage_options)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+        assert self.layout is not None
+        path = self.shard_path(checkpoint_path)
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path}: missing shard of stage {self.layout.stage} for checkpoint {checkpoint_path}; a "
+                f"{self.stages}-stage pipeline checkpoint has one file per stage (see shard_path)."
+            )
+        checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=True if weights_only is None else weights_only)
+        self.layout.check_metadata(checkpoint.get("pipeline"), path)
+        self._load_compression_state(checkpoint.get("pipeline_state", {}))
+        return checkpoint
+
+    @override
+    def remove_checkpoint(self, filepath: _PATH) -> None:
+        if self.layout is not None and self.layout.replica == 0:
+            self.checkpoint_io.remove_checkpoint(self.shard_path(filepath))
+
+    def _compression_state(self) -> dict:
+        state: dict = {}
+        if self.runtime is not None and self.runtime.compressor is not None:
+            state["backward"] = self.runtime.compressor.state_dict()
+        if self.reducer is not None:
+            state["dp"] = self.reducer.state_dict()
+        return state
+
+    def _load_compression_state(self, state: dict) -> None:
+        if self.runtime is not None and self.runtime.compressor is not None and "backward" in state:
+            self.runtime.compressor.load_state_dict(state["backward"])
+        if self.reducer is not None and "dp" in state:
+            self.reducer.load_state_dict(state["dp"])
+
+    # ------------------------------------------------------------------ registry
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry) -> None:
+        strategy_registry.register(
+            "compressed_pipeline", cls,
+            description="DP x PP pipeline (1F1B) without compression: the Optimus-CC baseline",
+            override=True,
+        )
+        strategy_registry.register(
+            "optimus_cc", cls,
+            description="Optimus-CC: pipeline with compressed backpropagation (LEP), fused embedding sync, selective DP compression",
+            compress_backward=True, lep=True, fused_embedding=True, dp_compression=True, selective_stages=None,
+            override=True,
+        )
+
+
+def _all_reduce_flat(grads: list[torch.Tensor], communicator: comm.Communicator, group, divide: int,
+                     purpose: str) -> None:
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    if divide != 1:
+        flat.div_(divide)
+    communicator.all_reduce(flat, purpose, group=group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
