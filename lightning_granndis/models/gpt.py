@@ -74,6 +74,8 @@ class GPT(PipelinedModule):
         lr: AdamW learning rate (default 3e-3), cosine-decayed over ``max_steps`` when set.
         weight_decay: AdamW weight decay on matrices (default 0.01).
         warmup_steps: linear learning-rate warm-up (default 0).
+        lr_schedule: ``"cosine"`` (default: decay to 0.1 x ``lr`` over ``max_steps`` when set) or
+            ``"constant"``.
 
     Batches are ``(x, y)`` with ``x, y: [B, T]`` token ids; the loss is the mean next-token
     cross-entropy.
@@ -81,8 +83,10 @@ class GPT(PipelinedModule):
 
     def __init__(self, vocab_size: int = 256, block_size: int = 128, hidden: int = 128, layers: int = 4,
                  heads: int = 4, dropout: float = 0.0, lr: float = 3e-3, weight_decay: float = 0.01,
-                 warmup_steps: int = 0) -> None:
+                 warmup_steps: int = 0, lr_schedule: str = "cosine") -> None:
         super().__init__()
+        if lr_schedule not in ("cosine", "constant"):
+            raise ValueError(f"lr_schedule must be 'cosine' or 'constant', got {lr_schedule!r}.")
         self.save_hyperparameters()
         embed = Embedding(vocab_size, block_size, hidden, dropout)
         self.blocks = nn.Sequential(
@@ -109,7 +113,8 @@ class GPT(PipelinedModule):
             [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=self.hparams.lr, betas=(0.9, 0.95),
         )
-        total = self.trainer.max_steps if self.trainer is not None and self.trainer.max_steps > 0 else 0
+        cosine = self.hparams.lr_schedule == "cosine" and self.trainer is not None and self.trainer.max_steps > 0
+        total = self.trainer.max_steps if cosine else 0
         warm = self.hparams.warmup_steps
         if not total and not warm:
             return optimizer

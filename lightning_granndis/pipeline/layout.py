@@ -70,7 +70,7 @@ class PipelineLayout:
 
     def metadata(self) -> dict:
         return {"stages": self.stages, "stage": self.stage, "balance": list(self.plan.balance),
-                "blocks": self.num_blocks}
+                "blocks": self.num_blocks, "replicas": len(self.placement.ranks)}
 
     def check_metadata(self, meta: dict | None, path) -> None:
         """Refuses a shard written by another pipeline configuration, naming the difference."""

@@ -255,14 +255,19 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
         assert self.layout is not None
+        # Residuals (LEP, PowerSGD) differ per replica: stage s's shard keeps every replica's.
+        states = comm.gather_objects(_move(self._compression_state(), "cpu"), group=self.layout.dp_group) \
+            if self.replicas > 1 else [self._compression_state()]
         if self.layout.replica != 0:
             return
         checkpoint["pipeline"] = self.layout.metadata()
-        checkpoint["pipeline_state"] = self._compression_state()
+        checkpoint["pipeline_state"] = {"replicas": states}
         self.checkpoint_io.save_checkpoint(checkpoint, self.shard_path(filepath), storage_options=storage_options)
 
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+        if self.layout is None:  # Lightning restores the module before `setup`: split it now
+            self._setup_pipeline()
         assert self.layout is not None
         path = self.shard_path(checkpoint_path)
         if not path.exists():
@@ -272,7 +277,9 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             )
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=True if weights_only is None else weights_only)
         self.layout.check_metadata(checkpoint.get("pipeline"), path)
-        self._load_compression_state(checkpoint.get("pipeline_state", {}))
+        states = checkpoint.get("pipeline_state", {}).get("replicas", [])
+        if states:
+            self._load_compression_state(_move(states[self.layout.replica], self.root_device))
         return checkpoint
 
     @override
@@ -309,6 +316,14 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             compress_backward=True, lep=True, fused_embedding=True, dp_compression=True, selective_stages=None,
             override=True,
         )
+
+
+def _move(state, device):
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return {k: _move(v, device) for k, v in state.items()}
+    return state
 
 
 def _all_reduce_flat(grads: list[torch.Tensor], communicator: comm.Communicator, group, divide: int,

@@ -40,15 +40,18 @@ class RandomTokens(pl.LightningDataModule):
         self.data = TensorDataset(ids[:, :-1], ids[:, 1:])
         self.batch_size = batch_size
 
-    def train_dataloader(self):
-        if distributed:  # Lightning adds a DistributedSampler over the replicas (shuffled, seed 0)
-            return DataLoader(self.data, batch_size=self.batch_size, shuffle=False)
-        # the same order on one device: the union of the replicas' batches, step by step
-        sampler = DistributedSampler(self.data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    def _loader(self):
+        # In order, every epoch alike: replica r reads rows r, r + R, ...; so the replicas' k-th
+        # batches together are the one-device run's k-th batch.
+        kwargs = self.trainer.strategy.distributed_sampler_kwargs if distributed else {"num_replicas": 1, "rank": 0}
+        sampler = DistributedSampler(self.data, shuffle=False, **kwargs)
         return DataLoader(self.data, batch_size=self.batch_size, sampler=sampler)
 
+    def train_dataloader(self):
+        return self._loader()
+
     def val_dataloader(self):
-        return DataLoader(self.data, batch_size=self.batch_size, shuffle=False)
+        return self._loader()
 
 
 class Record(Callback):
@@ -77,11 +80,18 @@ def run(cfg: dict) -> None:
     else:
         strategy, devices = "auto", 1
     record = Record()
+    callbacks = [record]
+    if cfg.get("ckpt_every"):
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        # at the end of every epoch: Lightning restarts a plain DataLoader's epoch on resume
+        callbacks.append(ModelCheckpoint(dirpath=cfg["ckpt_dir"], filename="{step}", save_top_k=-1,
+                                         every_n_epochs=1, save_on_train_epoch_end=True))
     trainer = pl.Trainer(
-        accelerator="cpu", devices=devices, strategy=strategy, max_steps=cfg["steps"], logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[record],
+        accelerator="cpu", devices=devices, strategy=strategy, max_steps=cfg["steps"], max_epochs=cfg.get("epochs"), logger=False,
+        enable_checkpointing=bool(cfg.get("ckpt_every")), enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         accumulate_grad_batches=cfg.get("accumulate", 1), limit_val_batches=cfg.get("val_batches", 3 if cfg.get("validate") else 0),
-        num_sanity_val_steps=0, gradient_clip_val=cfg.get("clip"), default_root_dir=str(out),
+        num_sanity_val_steps=0, use_distributed_sampler=cfg.get("data", "random") == "stdlib", gradient_clip_val=cfg.get("clip"), default_root_dir=str(out),
     )
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.get("resume"))
     if cfg.get("save"):
