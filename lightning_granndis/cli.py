@@ -100,6 +100,8 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     def link_bytes(record: dict, link: str) -> float:
         return training_bytes(record["ledger"], link) / max(1, record["epochs"])
 
+    # classifiers report accuracy, language models loss
+    metric = "val_acc" if any("val_acc" in r["metrics"] for r in runs.values()) else "val_loss"
     baseline = baseline or list(runs)[-1]
     base = epoch_avg(runs[baseline])["total"]
     rows = []
@@ -107,9 +109,9 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
         avg = epoch_avg(record)
         rows.append([name, record["mode"] or "-", avg["total"], *(avg[k] for k in TIME_CATEGORIES),
                      link_bytes(record, "inter") / 1e6, link_bytes(record, "intra") / 1e6,
-                     record["metrics"].get("val_acc", float("nan")), f"{base / max(avg['total'], 1e-12):.2f}x"])
+                     record["metrics"].get(metric, float("nan")), f"{base / max(avg['total'], 1e-12):.2f}x"])
     headers = ("run", "mode", "epoch s", "compute s", "intra comm s", "inter comm s", "grad sync s",
-               "inter MB/epoch", "intra MB/epoch", "val acc", f"speed-up vs {baseline}")
+               "inter MB/epoch", "intra MB/epoch", metric.replace("_", " "), f"speed-up vs {baseline}")
     return markdown_table(headers, rows)
 
 

@@ -53,3 +53,31 @@ def test_compare_runs_granndis_beside_fb_base(tmp_path):
     assert eas["ledger"].get("inter/halo", {}).get("bytes", 0) == 0 and fb["ledger"]["inter/halo"]["bytes"] > 0
     assert 0.0 < eas["metrics"]["val_acc"] <= 1.0
     assert (tmp_path / "runs" / "compare" / "comparison.md").exists()
+
+
+OPTIMUS_RECIPES = ["optimus_cc_baseline", "optimus_cc_cb", "optimus_cc_cb_fe_sc"]
+
+
+@pytest.mark.parametrize("name", OPTIMUS_RECIPES)
+def test_optimus_cc_recipe_parses(name, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(["fit", "--config", str(REPO / "recipes" / f"{name}.yaml"), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "CompressedPipelineStrategy" in printed and "scale_to: a100_fp16" in printed
+    assert "lightning_granndis.models.GPT" in printed and "TextDataModule" in printed
+
+
+def test_compare_runs_the_optimus_cc_baseline_beside_cb(tmp_path):
+    overrides = ["--trainer.max_steps=4", "--trainer.val_check_interval=4", "--trainer.limit_val_batches=2",
+                 "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--data.init_args.max_files=20",
+                 "--model.init_args.hidden=32", "--model.init_args.layers=2", "--trainer.strategy.init_args.emulate=false"]
+    configs = [str(REPO / "recipes" / "optimus_cc_baseline.yaml"), str(REPO / "recipes" / "optimus_cc_cb.yaml")]
+    proc = run([GRANNDIS, "compare", *configs, *overrides], cwd=tmp_path, timeout=600)
+    assert "val loss" in proc.stdout and "speed-up vs optimus_cc_cb" in proc.stdout
+    base = json.loads((tmp_path / "runs" / "compare" / "optimus_cc_baseline" / "summary.json").read_text())
+    cb = json.loads((tmp_path / "runs" / "compare" / "optimus_cc_cb" / "summary.json").read_text())
+    assert base["steps"] == cb["steps"] == 4
+    grad = lambda r: sum(v["bytes"] for k, v in r["ledger"].items() if k.endswith("/activation_grad"))  # noqa: E731
+    assert 0 < grad(cb) < grad(base)
+    assert abs(cb["metrics"]["val_loss"] - base["metrics"]["val_loss"]) < 0.05 * base["metrics"]["val_loss"]

@@ -179,6 +179,8 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         self.reducer = PowerSGDReducer(self.dp_rank, warmup_steps=self.dp_warmup_steps) if compressed else None
         module._pipeline_runner = self.runtime
         module._pipeline_layout = layout
+        # A stage cannot run the whole forward: keep Lightning's model summary from trying.
+        module.example_input_array = None
 
     # ------------------------------------------------------------------ step
     @override
