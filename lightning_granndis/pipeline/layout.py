@@ -131,8 +131,9 @@ def build_layout(module, topology: ServerTopology, stages: int, balance: Sequenc
                  device: torch.device | None = None, communicator: comm.Communicator | None = None) -> PipelineLayout:
     """Plans, places and splits ``module`` (collective: every rank calls it).
 
-    Rank 0's parameters are broadcast first, so every replica and stage starts from the same model;
-    then every rank replaces the blocks of other stages by :class:`RemoteBlock`.
+    Rank 0's parameters are broadcast first (set-up traffic: never emulated, booked in
+    ``communicator``, a fresh one by default), so every replica and stage starts from the same
+    model; then every rank replaces the blocks of other stages by :class:`RemoteBlock`.
     """
     blocks = _blocks_of(module)
     if len(blocks) < stages:

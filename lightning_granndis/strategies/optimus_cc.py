@@ -161,7 +161,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         assert self.topology is not None and self.comm is not None
         self.layout = build_layout(module, self.topology, self.stages, balance=self.balance,
                                    memory_cap=self.memory_cap, microbatches=self.microbatches,
-                                   device=self.root_device, communicator=self.comm)
+                                   device=self.root_device)
         layout = self.layout
         if self.global_rank == 0:
             rank_zero_info(layout.describe())
