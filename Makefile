@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/grad_sync.py
 	$(BIN)/python benchmarks/graph_data.py
 	$(BIN)/python benchmarks/gnn.py
+	$(BIN)/python benchmarks/pipeline.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb
