@@ -55,12 +55,7 @@ class PowerSGDReducer:
         exact = [g for g in grads if not (compress and _pays(g.shape, self.rank))]
         low = [(i, g) for i, g in enumerate(grads) if compress and _pays(g.shape, self.rank)]
         if exact:
-            flat = torch.cat([g.reshape(-1) for g in exact]).div_(replicas)
-            comm.all_reduce(flat, purpose, group=group)
-            offset = 0
-            for g in exact:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            all_reduce_flat(exact, comm, group, replicas, purpose)
         if not low:
             return
         mats = []
@@ -107,3 +102,14 @@ def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tenso
         out.append(flat[offset:offset + t.numel()])
         offset += t.numel()
     return out
+
+
+def all_reduce_flat(tensors: Sequence[torch.Tensor], comm: Communicator, group, divide: int = 1,
+                    purpose: str = "grad_sync") -> None:
+    """Sums ``tensors`` over ``group`` in one flat all-reduce, divided by ``divide``, in place."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    if divide != 1:
+        flat.div_(divide)
+    comm.all_reduce(flat, purpose, group=group)
+    for t, chunk in zip(tensors, _split(flat, tensors)):
+        t.copy_(chunk.view_as(t))

@@ -60,7 +60,7 @@ class PipelineLayout:
     def chain(self) -> tuple[int, ...]:
         return self.placement.ranks[self.replica]
 
-    def owned_blocks(self, module=None) -> list[tuple[int, nn.Module]]:
+    def owned_blocks(self) -> list[tuple[int, nn.Module]]:
         return list(self._blocks)
 
     def counts_in_norm(self, param: nn.Parameter) -> bool:

@@ -15,7 +15,7 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_granndis import comm
-from lightning_granndis.compression.powersgd import PowerSGDReducer
+from lightning_granndis.compression.powersgd import PowerSGDReducer, all_reduce_flat
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.pipeline.checkpoint import shard_path
 from lightning_granndis.pipeline.layout import PipelineLayout, build_layout
@@ -172,7 +172,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
                 boundaries = set(layout.placement.inter_boundaries[layout.replica])
             compression = BackwardCompression(self.rank, self.lep, self.epilogue_only, frozenset(boundaries))
         self.runtime = PipelineRuntime(
-            layout.stage, layout.chain, layout.owned_blocks(module), self.comm, self.schedule, self.microbatches,
+            layout.stage, layout.chain, layout.owned_blocks(), self.comm, self.schedule, self.microbatches,
             compression, chain_group=layout.chain_group, device=self.root_device,
         )
         compressed = self.dp_compression and (self.selective_stages is None or layout.stage < self.selective_stages)
@@ -224,13 +224,13 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             if self.reducer is not None:
                 self.reducer.reduce(grads, self.comm, layout.dp_group, self.replicas)
             else:
-                _all_reduce_flat(grads, self.comm, layout.dp_group, self.replicas, "grad_sync")
+                all_reduce_flat(grads, self.comm, layout.dp_group, self.replicas, "grad_sync")
         if shared:
             grads = [p.grad for p in shared]
             if fuse:  # one collective over every holder of every replica: sum / replicas
-                _all_reduce_flat(grads, self.comm, layout.shared_group_all, self.replicas, "embedding_sync")
+                all_reduce_flat(grads, self.comm, layout.shared_group_all, self.replicas, "embedding_sync")
             else:     # already averaged over replicas: sum over this replica's holders
-                _all_reduce_flat(grads, self.comm, layout.shared_group_replica, 1, "embedding_sync")
+                all_reduce_flat(grads, self.comm, layout.shared_group_replica, 1, "embedding_sync")
 
     def _clip_grad_by_norm(self, optimizer, clip_val: float | int) -> None:
         """Clips by the norm of the whole model's gradient (every stage, shared parameters once)."""
@@ -326,15 +326,3 @@ def _move(state, device):
     if isinstance(state, dict):
         return {k: _move(v, device) for k, v in state.items()}
     return state
-
-
-def _all_reduce_flat(grads: list[torch.Tensor], communicator: comm.Communicator, group, divide: int,
-                     purpose: str) -> None:
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    if divide != 1:
-        flat.div_(divide)
-    communicator.all_reduce(flat, purpose, group=group)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
