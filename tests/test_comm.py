@@ -106,8 +106,8 @@ def test_modelled_time_is_latency_plus_bytes_over_bandwidth(ranks):
             assert t["bytes"] == 4000
             assert t["modelled"] == pytest.approx(m["inter_latency"] + 2 * 4000 / m["inter_bw"], rel=1e-9)
     send = ranks[0]["emulation"]["send"]
-    assert send["bytes"] == 1000
-    assert send["modelled"] == pytest.approx(m["inter_latency"] + 1000 / m["inter_bw"], rel=1e-9)
+    assert send["bytes"] == 100_000
+    assert send["modelled"] == pytest.approx(m["inter_latency"] + 100_000 / m["inter_bw"], rel=1e-9)
 
 
 def test_emulation_never_shortens_an_inter_server_operation(ranks):
@@ -116,7 +116,8 @@ def test_emulation_never_shortens_an_inter_server_operation(ranks):
             assert t["wall"] >= t["modelled"]
             assert t["booked"] >= t["modelled"] - 1e-12
     # A point-to-point transfer holds the sender for the modelled time; the receiver, which posted its
-    # receive at the same barrier, waits for it (less the barrier's exit skew).
+    # receive at the same barrier, waits for it, less the barrier's exit skew: on a busy 2-core CI
+    # machine that skew reached 1.4 ms, so the transfer is modelled at ~100 ms to keep it small beside.
     sender, receiver = ranks[0]["emulation"]["send"], ranks[3]["emulation"]["send"]
-    assert sender["booked"] >= sender["modelled"] - 1e-12 and sender["modelled"] > 0
-    assert receiver["booked"] >= 0.8 * receiver["modelled"]
+    assert sender["booked"] >= sender["modelled"] - 1e-12 and sender["modelled"] > 0.05
+    assert receiver["booked"] >= 0.5 * receiver["modelled"]

@@ -115,9 +115,9 @@ for _ in range(3):
 mark = c.ledger.snapshot()
 comm.barrier()
 if rank == 0:
-    c.send(torch.ones(250), dst=3, purpose="activation")
+    c.send(torch.ones(25_000), dst=3, purpose="activation")
 elif rank == 3:
-    c.recv(torch.zeros(250), src=0, purpose="activation")
+    c.recv(torch.zeros(25_000), src=0, purpose="activation")
 d = c.ledger.since(mark).get("inter", "activation")
 result["emulation"] = {"all_reduce": timings, "send": {"booked": d.seconds, "modelled": d.modelled_seconds, "bytes": d.bytes}}
 result["slow_model"] = {"inter_bw": slow.bandwidth("inter"), "inter_latency": slow.inter.latency,
