@@ -12,6 +12,7 @@ from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies import (
     FullGraphBaselineStrategy,
     MiniBatchBaselineStrategy,
+    PipeBDStrategy,
     ServerAwareDDPStrategy,
     ServerAwareGNNStrategy,
     register_strategies,
@@ -25,6 +26,6 @@ register_strategies()
 _namespace.install(registered_names())
 
 __all__ = [
-    "CommLedger", "FullGraphBaselineStrategy", "LinkModel", "MiniBatchBaselineStrategy", "ServerAwareDDPStrategy",
+    "CommLedger", "FullGraphBaselineStrategy", "LinkModel", "MiniBatchBaselineStrategy", "PipeBDStrategy", "ServerAwareDDPStrategy",
     "ServerAwareGNNStrategy", "ServerTopology", "__version__",
 ]

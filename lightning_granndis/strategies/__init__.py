@@ -5,12 +5,13 @@ from lightning_granndis.strategies.gnn_fb_base import FullGraphBaselineStrategy
 from lightning_granndis.strategies.gnn_mb_base import MiniBatchBaselineStrategy
 from lightning_granndis.strategies.granndis import ServerAwareGNNStrategy
 from lightning_granndis.strategies.optimus_cc import CompressedPipelineStrategy
+from lightning_granndis.strategies.pipe_bd import PipeBDStrategy
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 #: Every strategy class the package defines, in registration order.
 STRATEGIES = (
     ServerAwareDDPStrategy, ServerAwareGNNStrategy, FullGraphBaselineStrategy, MiniBatchBaselineStrategy,
-    CompressedPipelineStrategy,
+    CompressedPipelineStrategy, PipeBDStrategy,
 )
 
 
@@ -29,6 +30,6 @@ def registered_names() -> list[str]:
 
 
 __all__ = [
-    "STRATEGIES", "CompressedPipelineStrategy", "FullGraphBaselineStrategy", "MiniBatchBaselineStrategy", "SafeCheckpointIO", "ServerAwareDDPStrategy",
+    "STRATEGIES", "CompressedPipelineStrategy", "FullGraphBaselineStrategy", "MiniBatchBaselineStrategy", "PipeBDStrategy", "SafeCheckpointIO", "ServerAwareDDPStrategy",
     "ServerAwareGNNStrategy", "register_strategies", "registered_names",
 ]

@@ -1,0 +1,39 @@
+"""Runs several Pipe-BD configurations on the toy task in one torchrun job (one after another, in
+the same processes); rank 0 saves each run's student, metrics and report to OUT/<name>.pt.
+
+    torchrun --nproc-per-node=4 tests/scripts/pipe_bd_train.py OUT name:mode:schedule:widths:dpu ...
+
+``schedule`` is ``auto``, ``even`` or blocks like ``0,1/2,3``; ``widths`` like ``3,1`` or ``-``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import lightning.pytorch as pl  # noqa: E402
+
+from distill_toy import ToyData, ToyDistillation  # noqa: E402
+from lightning_granndis.strategies import PipeBDStrategy  # noqa: E402
+
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+for spec in sys.argv[2:]:
+    name, mode, schedule, widths, dpu = spec.split(":")
+    if schedule not in ("auto", "even"):
+        schedule = [[int(b) for b in s.split(",")] for s in schedule.split("/")]
+    strategy = PipeBDStrategy(mode=mode, schedule=schedule, dp_widths=None if widths == "-" else
+                              [int(w) for w in widths.split(",")], dpu=dpu == "1", profile_repeats=1)
+    model = ToyDistillation()
+    trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, max_epochs=2, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, use_distributed_sampler=False)  # the one-process order
+    trainer.fit(model, datamodule=ToyData())
+    if trainer.is_global_zero:
+        torch.save({"student": model.assemble_student().state_dict(),
+                    "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+                    "report": strategy.report, "schedule": strategy.schedule.to_dict()}, out / f"{name}.pt")
