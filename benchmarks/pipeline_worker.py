@@ -126,3 +126,9 @@ for row in rows:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{row['name']}_rank{rank}.json").write_text(json.dumps(record))
     comm.barrier()
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()

@@ -90,3 +90,9 @@ for name in names:
     )
     (out / name.replace(":", "_")).mkdir(parents=True, exist_ok=True)
     (out / name.replace(":", "_") / f"rank{rank}.json").write_text(json.dumps(record))
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()

@@ -37,3 +37,9 @@ for spec in sys.argv[2:]:
         torch.save({"student": model.assemble_student().state_dict(),
                     "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
                     "report": strategy.report, "schedule": strategy.schedule.to_dict()}, out / f"{name}.pt")
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()

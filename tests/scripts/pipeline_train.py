@@ -114,3 +114,9 @@ def run(cfg: dict) -> None:
 
 for cfg in configs:
     run(cfg)
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()

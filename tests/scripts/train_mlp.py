@@ -46,3 +46,9 @@ for name, make in configs.items():
         record["log_dir"] = trainer.log_dir
         record["summary_png"] = (monitor.summary or {}).get("png")
     (out / name / f"rank{rank}.json").write_text(json.dumps(record))
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()

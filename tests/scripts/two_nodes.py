@@ -43,3 +43,9 @@ record = {
     "inter_grad_bytes": strategy.comm.ledger.get("inter", "grad_sync").bytes,
 }
 (out / f"rank{rank}.json").write_text(json.dumps(record))
+
+# Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
+from lightning_granndis import comm as _comm  # noqa: E402
+
+_comm.barrier()
+_comm.destroy()
