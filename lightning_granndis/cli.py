@@ -76,6 +76,7 @@ class GranndisCLI(LightningCLI):
             "epoch_breakdown": monitor.epochs if monitor is not None else [],
             "ledger": ledger,
             "links": strategy.link_model.describe() if hasattr(strategy, "link_model") else None,
+            "report": getattr(strategy, "report", None) or None,  # e.g. Pipe-BD's schedule, predicted vs measured
         }
         path = Path(trainer.default_root_dir) / "summary.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +101,9 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     def link_bytes(record: dict, link: str) -> float:
         return training_bytes(record["ledger"], link) / max(1, record["epochs"])
 
-    # classifiers report accuracy, language models loss
-    metric = "val_acc" if any("val_acc" in r["metrics"] for r in runs.values()) else "val_loss"
+    # classifiers report accuracy, distillation the assembled student's, language models loss
+    metric = next((m for m in ("val_acc", "val_student_acc") if any(m in r["metrics"] for r in runs.values())),
+                  "val_loss")
     baseline = baseline or list(runs)[-1]
     base = epoch_avg(runs[baseline])["total"]
     rows = []

@@ -63,10 +63,15 @@ def check_blocks(teacher: Sequence[nn.Module], student: Sequence[nn.Module], exa
     if example is None:
         return
     inputs, outputs = guide_features(teacher, example)
-    with torch.no_grad():
-        for i, (block, x, t) in enumerate(zip(student, inputs, outputs)):
-            s = block(x)
-            check_output(i, s, t)
+    modes = [b.training for b in student]
+    try:
+        with torch.no_grad():
+            for i, (block, x, t) in enumerate(zip(student, inputs, outputs)):
+                block.eval()  # one example row: BatchNorm cannot use batch statistics
+                check_output(i, block(x), t)
+    finally:
+        for block, mode in zip(student, modes):
+            block.train(mode)
 
 
 def check_output(index: int, student_out: torch.Tensor, teacher_out: torch.Tensor) -> None:

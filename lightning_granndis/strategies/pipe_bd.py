@@ -53,7 +53,8 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
     Args:
         mode: ``"tr"`` (default), ``"dna"`` or ``"ls"``.
         schedule: ``"auto"`` (AHD; ``"tr"`` only), ``"even"`` (one stage per rank, blocks split
-            evenly), or the block lists per stage, e.g. ``[[0, 1], [2], [3, 4, 5]]``.
+            evenly), or the block lists per stage, e.g. ``[[0, 1], [2], [3, 4, 5]]``. Default:
+            ``"auto"`` for ``"tr"``, ``"even"`` otherwise.
         dp_widths: ranks per stage for a list schedule (default one each).
         dpu: decoupled parameter updates (default ``True``).
         batch_size: rows per step for AHD's profile. The default reads the train DataLoader's.
@@ -71,7 +72,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
     def __init__(
         self,
         mode: str = "tr",
-        schedule: str | list[list[int]] = "auto",
+        schedule: str | list[list[int]] | None = None,
         dp_widths: list[int] | None = None,
         dpu: bool = True,
         batch_size: int | None = None,
@@ -85,6 +86,8 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         super().__init__(servers=servers, link_model=link_model, emulate=emulate, hierarchical=False, **kwargs)
         if mode not in MODES:
             raise ValueError(f"unknown Pipe-BD mode {mode!r}; choose one of {', '.join(MODES)}.")
+        if schedule is None:
+            schedule = "auto" if mode == "tr" else "even"
         if isinstance(schedule, str) and schedule not in ("auto", "even"):
             raise ValueError(f"schedule must be 'auto', 'even' or block lists per stage, got {schedule!r}.")
         if schedule == "auto" and mode != "tr":
