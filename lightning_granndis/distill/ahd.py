@@ -12,9 +12,9 @@ slowest stage. Stage ``k`` holding blocks ``a..b`` on ``g`` ranks (starting at r
 with ``t_i``/``s_i`` the profiled teacher-forward and student forward+backward seconds of block
 ``i`` at that per-rank batch, ``θ_i`` its student parameters (ring all-reduce over the stage's
 ranks) and ``f_{a-1}`` the bytes per row the stage receives. :func:`search_schedule` minimises
-``max_k c_k`` over every split and every width assignment using exactly ``world_size`` ranks by
-dynamic programming over (blocks placed, ranks used) — the same optimum as enumerating all
-``sum_K C(N-1, K-1) C(P-1, K-1)`` schedules, in ``O(N^2 P^2)``. Unlike the artifact's
+``max_k c_k`` (then the total ``sum_k c_k``) over every split and every width assignment using
+exactly ``world_size`` ranks, by dynamic programming over (blocks placed, ranks used) — the same
+optimum as enumerating all ``sum_K C(N-1, K-1) C(P-1, K-1)`` schedules, in ``O(N^2 P^2)``. Unlike the artifact's
 enumeration (hard-coded for 4 ranks), it takes any block count and world size.
 """
 
@@ -113,30 +113,48 @@ class SearchResult:
 
 
 def search_schedule(model: StageCostModel, world_size: int) -> SearchResult:
-    """The schedule over exactly ``world_size`` ranks with the smallest bottleneck stage cost
-    (ties: the first found, fewer blocks in earlier stages first)."""
+    """The schedule over exactly ``world_size`` ranks with the smallest bottleneck stage cost;
+    among those, the smallest total of stage costs (the fewest busy rank-seconds).
+
+    Two exact dynamic programmes over (blocks placed, ranks used): the first finds the smallest
+    bottleneck ``b*``, the second the smallest total among schedules whose every stage costs at
+    most ``b*``.
+    """
     n = model.costs.num_blocks
-    widths = [g for g in range(1, world_size + 1) if g in model.costs.teacher and g in model.costs.student]
     if world_size < 1 or n < 1:
         raise ValueError(f"need at least one block and one rank, got {n} blocks and world size {world_size}.")
-    inf = float("inf")
-    # best[i][r]: (bottleneck, previous (j, r - g)) for blocks 0..i-1 on ranks 0..r-1
-    best: list[list[tuple[float, tuple[int, int] | None]]] = [[(inf, None)] * (world_size + 1) for _ in range(n + 1)]
-    best[0][0] = (0.0, None)
-    for i in range(1, n + 1):
-        for r in range(1, world_size + 1):
-            for j in range(i):
-                for g in widths:
-                    if g > r or g > model.costs.batch or best[j][r - g][0] == inf:
-                        continue
-                    cost = max(best[j][r - g][0], model.stage_cost(j, i - 1, g, r - g))
-                    if cost < best[i][r][0]:
-                        best[i][r] = (cost, (j, r - g))
-    if best[n][world_size][0] == inf:
+    widths = [g for g in range(1, min(world_size, model.costs.batch) + 1)
+              if g in model.costs.teacher and g in model.costs.student]
+    # stage j..i-1 on g ranks from rank r; the first stage starts at rank 0, later ones after it
+    cost = {(j, i, g, r): model.stage_cost(j, i - 1, g, r)
+            for i in range(1, n + 1) for j in range(i) for g in widths
+            for r in ([0] if j == 0 else range(1, world_size - g + 1))}
+
+    def solve(combine, allowed):
+        # best[i][r]: (value, previous (j, r0)) for blocks 0..i-1 on ranks 0..r-1
+        inf = float("inf")
+        best = [[(inf, None)] * (world_size + 1) for _ in range(n + 1)]
+        best[0][0] = (0.0, None)
+        for i in range(1, n + 1):
+            for r in range(1, world_size + 1):
+                for j in range(i):
+                    for g in widths:
+                        if g > r or best[j][r - g][0] == inf or (j, i, g, r - g) not in cost \
+                                or not allowed(cost[j, i, g, r - g]):
+                            continue
+                        v = combine(best[j][r - g][0], cost[j, i, g, r - g])
+                        if v < best[i][r][0]:
+                            best[i][r] = (v, (j, r - g))
+        return best
+
+    first = solve(max, lambda c: True)
+    bottleneck = first[n][world_size][0]
+    if bottleneck == float("inf"):
         raise ValueError(
             f"no schedule places {n} blocks on {world_size} ranks with a batch of {model.costs.batch} rows "
             "(every rank needs at least one row): use fewer processes or a larger batch."
         )
+    best = solve(lambda a, b: a + b, lambda c: c <= bottleneck * (1 + 1e-12))
     stages, widths_out, i, r = [], [], n, world_size
     while i > 0:
         _, prev = best[i][r]
