@@ -27,8 +27,12 @@ RUNS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("pipe_bd")
-    torchrun("pipe_bd_train.py", 4, str(out), *[f"{name}:{spec}" for name, spec in RUNS.items()], timeout=500)
-    return {name: torch.load(out / f"{name}.pt", weights_only=True) for name in RUNS}
+    torchrun("pipe_bd_train.py", 4, str(out), *[f"{name}:{spec}" for name, spec in RUNS.items()],
+             f"resume:{RUNS['tr_dpu_3x1']}", timeout=500)
+    loaded = {name: torch.load(out / f"{name}.pt", weights_only=True) for name in [*RUNS, "ckpt_full", "ckpt_resumed"]}
+    loaded["ckpt_dir"] = out / "ckpt"
+    loaded["ckpt_other"] = (out / "ckpt_other.txt").read_text()
+    return loaded
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +82,26 @@ def test_auto_schedule_is_reported_with_prediction_and_measurement(runs):
     report = runs["auto"]["report"]
     assert report["predicted_step_s"] > 0 and report["measured_step_s"] > 0
     assert sum(report["schedule"]["widths"]) == 4
+
+
+def test_resuming_from_a_checkpoint_continues_exactly(runs):
+    # every rank's optimizer state and the whole student come back: the resumed second epoch lands
+    # exactly where the uninterrupted run did (and checkpointing changed nothing in that run)
+    full, resumed, plain = runs["ckpt_full"]["student"], runs["ckpt_resumed"]["student"], runs["tr_dpu_3x1"]["student"]
+    for key in full:
+        assert torch.equal(full[key], resumed[key]), key
+        assert torch.equal(full[key], plain[key]), key
+
+
+def test_the_checkpoint_is_an_ordinary_whole_model_checkpoint(runs):
+    ckpt = torch.load(runs["ckpt_dir"] / "epoch=1-step=8.ckpt", weights_only=True)
+    model = ToyDistillation()
+    model.load_state_dict(ckpt["state_dict"])  # strict: every block of teacher and student is there
+    for key, value in runs["ckpt_full"]["student"].items():
+        assert torch.equal(model.student.state_dict()[key], value), key
+    assert ckpt["pipe_bd"]["schedule"] == {"stages": [[0, 1], [2, 3]], "widths": [3, 1]}
+
+
+def test_resuming_with_another_schedule_is_refused_naming_both(runs):
+    message = runs["ckpt_other"]
+    assert "another Pipe-BD configuration" in message and "[3, 1]" in message and "Resume with the same" in message

@@ -41,13 +41,14 @@ class ImageBlockwiseDistillation(BlockwiseDistillation):
                     "(granndis fit --config recipes/pipe_bd_teacher.yaml writes them), or pass teacher_weights."
                 )
             state = torch.load(path, map_location="cpu", weights_only=True)
-            missing, unexpected = teacher.load_state_dict(state, strict=False)
-            if missing or unexpected:
+            try:
+                teacher.load_state_dict(state)
+            except RuntimeError as err:
+                first = str(err).splitlines()[1].strip() if len(str(err).splitlines()) > 1 else str(err)
                 raise ValueError(
                     f"teacher weights {path} do not fit a {arch} (width {width_mult}, {in_channels} channels, "
-                    f"{num_classes} classes): missing {list(missing)[:3]}, unexpected {list(unexpected)[:3]}. "
-                    "Use the architecture settings the teacher was trained with."
-                )
+                    f"{num_classes} classes): {first}. Use the architecture settings the teacher was trained with."
+                ) from err
         teacher.eval()
         blocks = cut_into_blocks(teacher, arch, num_blocks)
         self.example_input_array = torch.zeros(1, in_channels, image_size, image_size)

@@ -22,21 +22,44 @@ from lightning_granndis.strategies import PipeBDStrategy  # noqa: E402
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
-for spec in sys.argv[2:]:
-    name, mode, schedule, widths, dpu = spec.split(":")
+
+
+def fit(name: str, spec: str, callbacks=(), ckpt_path=None) -> None:
+    mode, schedule, widths, dpu = spec.split(":")
     if schedule not in ("auto", "even"):
         schedule = [[int(b) for b in s.split(",")] for s in schedule.split("/")]
     strategy = PipeBDStrategy(mode=mode, schedule=schedule, dp_widths=None if widths == "-" else
                               [int(w) for w in widths.split(",")], dpu=dpu == "1", profile_repeats=1)
     model = ToyDistillation()
     trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, max_epochs=2, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, use_distributed_sampler=False)  # the one-process order
-    trainer.fit(model, datamodule=ToyData())
+                         enable_checkpointing=bool(callbacks), callbacks=list(callbacks), enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         use_distributed_sampler=False)  # the one-process order
+    trainer.fit(model, datamodule=ToyData(), ckpt_path=ckpt_path)
     if trainer.is_global_zero:
         torch.save({"student": model.assemble_student().state_dict(),
                     "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
                     "report": strategy.report, "schedule": strategy.schedule.to_dict()}, out / f"{name}.pt")
+
+
+for arg in sys.argv[2:]:
+    name, spec = arg.split(":", 1)
+    if name != "resume":
+        fit(name, spec)
+        continue
+    # checkpoint every epoch, then resume from the first epoch's: same schedule, then another one
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    fit("ckpt_full", spec, [ModelCheckpoint(dirpath=out / "ckpt", save_top_k=-1, every_n_epochs=1)])
+    first = out / "ckpt" / "epoch=0-step=4.ckpt"
+    fit("ckpt_resumed", spec, ckpt_path=first)
+    try:
+        fit("ckpt_other", "tr:even:-:1", ckpt_path=first)
+        message = ""
+    except ValueError as err:
+        message = str(err)
+    if pl.utilities.rank_zero.rank_zero_only.rank == 0:
+        (out / "ckpt_other.txt").write_text(message)
 
 # Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
 from lightning_granndis import comm as _comm  # noqa: E402
