@@ -1,4 +1,4 @@
-"""The GNN recipes: every one parses, and `granndis compare` runs two of them side by side."""
+"""The recipes: every one parses, and `granndis compare` runs each family side by side."""
 
 import json
 
@@ -17,6 +17,10 @@ EXPECTED = {
     **{n: ("lightning_granndis.strategies.", "scale_to: rtx_a6000") for n in RECIPES},
     **{n: ("CompressedPipelineStrategy", "scale_to: a100_fp16", "lightning_granndis.models.GPT", "TextDataModule")
        for n in OPTIMUS_RECIPES},
+    "pipe_bd_teacher": ("lightning_granndis.models.ImageClassifier", "export_path: runs/pipe_bd_teacher/teacher.pt"),
+    **{f"pipe_bd_{v}": ("PipeBDStrategy", f"mode: {m}", "ImageBlockwiseDistillation", "ImageDataModule",
+                        "teacher_weights: runs/pipe_bd_teacher/teacher.pt")
+       for v, m in (("tr", "tr"), ("auto", "tr"), ("dna", "dna"), ("ls", "ls"))},
 }
 
 
@@ -78,3 +82,23 @@ def test_compare_runs_the_optimus_cc_baseline_beside_cb(tmp_path):
     grad = lambda r: sum(v["bytes"] for k, v in r["ledger"].items() if k.endswith("/activation_grad"))  # noqa: E731
     assert 0 < grad(cb) < grad(base)
     assert abs(cb["metrics"]["val_loss"] - base["metrics"]["val_loss"]) < 0.05 * base["metrics"]["val_loss"]
+
+
+def test_pipe_bd_recipes_train_the_teacher_then_compare_dna_with_pipe_bd(tmp_path):
+    quick = ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.limit_train_batches=4",
+             "--trainer.limit_val_batches=2", "--model.init_args.width_mult=0.25"]
+    run([GRANNDIS, "fit", "--config", str(REPO / "recipes" / "pipe_bd_teacher.yaml"), "--trainer.max_epochs=1",
+         *quick], cwd=tmp_path, timeout=600)
+    assert (tmp_path / "runs" / "pipe_bd_teacher" / "teacher.pt").exists()
+    configs = [str(REPO / "recipes" / "pipe_bd_dna.yaml"), str(REPO / "recipes" / "pipe_bd_auto.yaml")]
+    proc = run([GRANNDIS, "compare", *configs, "--trainer.max_epochs=2", *quick], cwd=tmp_path, timeout=600)
+    assert "val student acc" in proc.stdout and "speed-up vs pipe_bd_auto" in proc.stdout
+    assert "AHD schedule" in proc.stdout and "predicted" in proc.stdout
+    dna = json.loads((tmp_path / "runs" / "compare" / "pipe_bd_dna" / "summary.json").read_text())
+    auto = json.loads((tmp_path / "runs" / "compare" / "pipe_bd_auto" / "summary.json").read_text())
+    assert dna["report"]["teacher_execs_per_batch"] == [21.0] * 4           # N(N+1)/2 with 6 blocks
+    assert max(auto["report"]["teacher_execs_per_batch"]) < 6              # each block once per stage
+    assert sum(auto["report"]["schedule"]["widths"]) == 4 and auto["report"]["predicted_step_s"] > 0
+    relay = sum(v["bytes"] for k, v in auto["ledger"].items() if k.endswith("/teacher_relay"))
+    assert (relay > 0) == (len(auto["report"]["schedule"]["stages"]) > 1)
+    assert 0.0 <= auto["metrics"]["val_student_acc"] <= 1.0

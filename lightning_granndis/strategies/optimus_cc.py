@@ -8,8 +8,6 @@ from typing import Any, Callable, Sequence
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.types import _PATH
-from lightning.fabric.utilities.optimizer import _optimizers_to_device
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from typing_extensions import override
@@ -135,17 +133,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
     # ------------------------------------------------------------------ set-up
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        assert self.accelerator is not None and self.model is not None
-        self.accelerator.setup(trainer)
-        self.precision_plugin.convert_module(self.model)
-        self.model_to_device()
-        self._setup_pipeline()
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting:
-            self.setup_optimizers(trainer)
-        self.setup_precision_plugin()
-        if fitting:
-            _optimizers_to_device(self.optimizers, self.root_device)
+        self.setup_without_ddp(trainer, self._setup_pipeline)
         self.precision_plugin.clip_grad_by_norm = self._clip_grad_by_norm  # global norm across stages
 
     def _setup_pipeline(self) -> None:

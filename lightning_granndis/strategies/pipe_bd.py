@@ -6,9 +6,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import lightning.pytorch as pl
 import torch
-from lightning.fabric.utilities.optimizer import _optimizer_to_device, _optimizers_to_device
+from lightning.fabric.utilities.optimizer import _optimizer_to_device
 from lightning.fabric.utilities.types import _PATH
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -112,17 +111,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
     # ------------------------------------------------------------------ set-up
     @override
     def setup(self, trainer: pl.Trainer) -> None:
-        assert self.accelerator is not None and self.model is not None
-        self.accelerator.setup(trainer)
-        self.precision_plugin.convert_module(self.model)
-        self.model_to_device()
-        self._setup_runner(trainer)
-        fitting = trainer.state.fn == TrainerFn.FITTING
-        if fitting:
-            self.setup_optimizers(trainer)
-        self.setup_precision_plugin()
-        if fitting:
-            _optimizers_to_device(self.optimizers, self.root_device)
+        self.setup_without_ddp(trainer, lambda: self._setup_runner(trainer))
 
     def _setup_runner(self, trainer: pl.Trainer) -> None:
         module = self.lightning_module
@@ -186,8 +175,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         return schedule
 
     def _search(self, trainer: pl.Trainer, module) -> SearchResult:
-        """Profiles the blocks (each rank takes some candidate widths, all at once: the ranks share
-        the machine as in training) and searches the schedule; every rank gets the same one."""
+        """Profiles the blocks and searches the schedule; every rank gets the same one."""
         example = module.example_input_array
         if not isinstance(example, torch.Tensor):
             raise ValueError(
@@ -199,14 +187,13 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         widths = candidate_widths(batch, self.world_size)
         rank_zero_info(f"AHD: profiling {module.num_blocks} blocks at per-rank batches "
                        f"{sorted({-(-batch // g) for g in widths}, reverse=True)}")
-        mine = {}
-        for g in widths[self.global_rank::self.world_size]:
-            mine[g] = profile_blocks(list(module.teacher), list(module.student), example, -(-batch // g),
-                                     module.block_loss, self.profile_repeats)
-        teacher, student = {}, {}
-        for part in comm.gather_objects(mine):
-            for g, (t, s) in part.items():
-                teacher[g], student[g] = t, s
+        # Every rank profiles every candidate at once, so the timings carry the contention training
+        # will see (ranks sharing CPU cores here; none on GPUs, one per rank); the mean over ranks.
+        mine = {g: profile_blocks(list(module.teacher), list(module.student), example, -(-batch // g),
+                                  module.block_loss, self.profile_repeats) for g in widths}
+        parts = comm.gather_objects(mine)
+        teacher = {g: [sum(p[g][0][i] for p in parts) / len(parts) for i in range(module.num_blocks)] for g in widths}
+        student = {g: [sum(p[g][1][i] for p in parts) / len(parts) for i in range(module.num_blocks)] for g in widths}
         costs = BlockCosts(batch, teacher, student, parameter_bytes(list(module.student)),
                            feature_bytes_per_row(list(module.teacher), example))
         assert self.topology is not None

@@ -88,6 +88,25 @@ class ServerAwareDDPStrategy(DDPStrategy):
             self._link_model = self._link_model.resolve_reference(self._rank_speed(self._link_model.reference_by))
         self.comm = comm.Communicator(self.topology, self._link_model, emulate=self.emulate)
 
+    def setup_without_ddp(self, trainer, prepare_model) -> None:
+        """Lightning's set-up minus the DDP wrapper, for strategies that move gradients themselves
+        (pipelines, blockwise distillation): the module goes to the device, ``prepare_model()``
+        splits or plans it, then the optimizers are built over what this rank keeps."""
+        from lightning.fabric.utilities.optimizer import _optimizers_to_device
+        from lightning.pytorch.trainer.states import TrainerFn
+
+        assert self.accelerator is not None and self.model is not None
+        self.accelerator.setup(trainer)
+        self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        prepare_model()
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
+
     def _rank_speed(self, by: str) -> float:
         """FLOP/s (``by="flops"``) or memory B/s (``"memory"``) one rank gets: measured one rank at
         a time (ranks share cores), times its share of the cores when all ranks work at once; the
