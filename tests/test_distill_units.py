@@ -70,23 +70,25 @@ def _brute_force(model: StageCostModel, n: int, world: int):
             for wcuts in itertools.combinations(range(1, world), k - 1):
                 wb = (0, *wcuts, world)
                 widths = [b - a for a, b in zip(wb, wb[1:])]
-                costs = model.schedule_costs(DistillSchedule.build(stages, widths))
-                cost = (max(costs), sum(costs))  # the bottleneck, then the total
+                schedule = DistillSchedule.build(stages, widths)
+                work = model.rank_seconds(schedule)
+                cost = (model.step_time(max(model.schedule_costs(schedule)), work), work)  # then the fewest rank-seconds
                 if cost < best[0]:
                     best = (cost, (stages, widths))
     return best
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("n, world, servers", [(6, 4, 1), (5, 3, 1), (7, 6, 2), (4, 8, 2)])
-def test_ahd_search_equals_brute_force_on_a_hand_made_cost_table(seed, n, world, servers):
+@pytest.mark.parametrize("n, world, servers, shared", [(6, 4, 1, None), (5, 3, 1, None), (7, 6, 2, None), (4, 8, 2, None),
+                                                       (6, 4, 1, 2), (7, 6, 2, 3), (5, 8, 2, 2)])
+def test_ahd_search_equals_brute_force_on_a_hand_made_cost_table(seed, n, world, servers, shared):
     costs = _random_costs(n, world, seed)
     link = LinkModel.custom(intra_gbps=80.0, inter_gbps=2.0, name="test")  # makes the all-reduce/relay matter
     per_server = world // servers
-    model = StageCostModel(costs, link, server_of=lambda r: r // per_server)
+    model = StageCostModel(costs, link, server_of=lambda r: r // per_server, shared_devices=shared)
     got = search_schedule(model, world)
     want_cost, (stages, widths) = _brute_force(model, n, world)
-    assert got.bottleneck_s == pytest.approx(want_cost[0], rel=1e-12)
+    assert got.predicted_s == pytest.approx(want_cost[0], rel=1e-12)
     assert [list(s) for s in got.schedule.stages] == stages and list(got.schedule.widths) == widths
     got.schedule.validate(n, world)
 
@@ -101,6 +103,23 @@ def test_ahd_gives_the_expensive_block_the_wider_stage():
     assert result.schedule == DistillSchedule.build([[0], [1]], [1, 2])
     assert result.bottleneck_s == pytest.approx(30.0 + model.all_reduce(1, 1, 2, 1) + model.relay(1, 2, 1))
     assert 0 < model.all_reduce(1, 1, 2, 1) + model.relay(1, 2, 1) < 1e-3
+
+
+def test_ahd_on_shared_cores_weighs_the_busy_rank_seconds():
+    # Per-call seconds: block 0 = 20/g + 10, block 1 = 40/g + 5 (a fixed part each, whatever the rows).
+    #   [0]x2 | [1]x2: stages 20, 25;   busy rank-seconds 2*20 + 2*25 = 90
+    #   [0]   | [1]x3: stages 30, 18.3; busy rank-seconds 30 + 3*18.3  = 85
+    # A device per rank: the bottleneck decides (25 < 30). 4 ranks on 2 cores: a step needs at
+    # least the busy rank-seconds / 2, so 85/2 = 42.5 beats 90/2 = 45.
+    costs = BlockCosts(batch=96, teacher={g: [20.0 / g + 10, 40.0 / g + 5] for g in range(1, 5)},
+                       student={g: [0.0, 0.0] for g in range(1, 5)}, param_bytes=[4, 4], feature_bytes=[4, 4])
+    alone, shared = StageCostModel(costs), StageCostModel(costs, shared_devices=2)
+    got = search_schedule(alone, 4)
+    assert got.schedule == DistillSchedule.build([[0], [1]], [2, 2]) and got.predicted_s == pytest.approx(25.0, rel=1e-5)
+    got = search_schedule(shared, 4)
+    assert got.schedule == DistillSchedule.build([[0], [1]], [1, 3])
+    assert got.rank_seconds == pytest.approx(85.0) and got.predicted_s == pytest.approx(42.5)
+    assert shared.step_time(20.0, 80.0) == 40.0 and alone.step_time(20.0, 80.0) == 20.0
 
 
 def test_ahd_prices_a_stage_spanning_servers_with_the_inter_server_link():

@@ -11,10 +11,18 @@ slowest stage. Stage ``k`` holding blocks ``a..b`` on ``g`` ranks (starting at r
 
 with ``t_i``/``s_i`` the profiled teacher-forward and student forward+backward seconds of block
 ``i`` at that per-rank batch, ``θ_i`` its student parameters (ring all-reduce over the stage's
-ranks) and ``f_{a-1}`` the bytes per row the stage receives. :func:`search_schedule` minimises
-``max_k c_k`` (then the total ``sum_k c_k``) over every split and every width assignment using
-exactly ``world_size`` ranks, by dynamic programming over (blocks placed, ranks used) — the same
-optimum as enumerating all ``sum_K C(N-1, K-1) C(P-1, K-1)`` schedules, in ``O(N^2 P^2)``. Unlike the artifact's
+ranks) and ``f_{a-1}`` the bytes per row the stage receives.
+
+When the ranks share ``D < P`` compute devices (processes on CPU cores), a step also takes at
+least the busy rank-seconds over ``D``: the predicted step time is
+
+.. math::
+    T = \max\Big(\max_k c_k,\; \frac{1}{D}\sum_k g_k\, \mathrm{compute}_k\Big)
+
+(on GPUs, one per rank, only the first term counts). :func:`search_schedule` minimises ``T``,
+then the rank-seconds, over every split and every width assignment using exactly ``world_size``
+ranks — the same optimum as enumerating all ``sum_K C(N-1, K-1) C(P-1, K-1)`` schedules, by
+dynamic programmes over (blocks placed, ranks used), ``O(N^2 P^2)`` each. Unlike the artifact's
 enumeration (hard-coded for 4 ranks), it takes any block count and world size.
 """
 
@@ -63,11 +71,14 @@ class StageCostModel:
         costs: the profiled :class:`BlockCosts`.
         link_model: prices the all-reduce and the relay (default: one server, ``granndis_paper``).
         server_of: maps a rank to its server (default: all ranks on one server).
+        shared_devices: compute devices the ranks share (CPU cores of processes with one thread);
+            ``None`` (default): one device per rank, as with GPUs.
     """
 
     costs: BlockCosts
     link_model: LinkModel = field(default_factory=lambda: LinkModel.preset("granndis_paper"))
     server_of: Callable[[int], int] = lambda rank: 0
+    shared_devices: float | None = None
 
     def link(self, ranks: list[int]) -> str:
         return "inter" if len({self.server_of(r) for r in ranks}) > 1 else "intra"
@@ -99,26 +110,40 @@ class StageCostModel:
         return [self.stage_cost(s[0], s[-1], w, schedule.first_rank(k))
                 for k, (s, w) in enumerate(zip(schedule.stages, schedule.widths))]
 
+    def rank_seconds(self, schedule: DistillSchedule) -> float:
+        """Busy compute seconds per step, summed over ranks."""
+        return sum(w * self.compute(s[0], s[-1], w) for s, w in zip(schedule.stages, schedule.widths))
+
+    def step_time(self, bottleneck: float, rank_seconds: float) -> float:
+        return max(bottleneck, rank_seconds / self.shared_devices) if self.shared_devices else bottleneck
+
 
 @dataclass(frozen=True)
 class SearchResult:
     schedule: DistillSchedule
+    #: the predicted step time: the bottleneck stage, or the shared devices' load if larger
+    predicted_s: float
     bottleneck_s: float
     stage_s: tuple[float, ...]
+    rank_seconds: float
 
     def describe(self) -> str:
         stages = ", ".join(f"{list(s)} on {w} rank{'s' if w > 1 else ''}: {c * 1e3:.1f} ms"
                            for s, w, c in zip(self.schedule.stages, self.schedule.widths, self.stage_s))
-        return f"AHD schedule {self.schedule.describe()} — predicted {self.bottleneck_s * 1e3:.1f} ms/step ({stages})"
+        shared = "" if self.predicted_s == self.bottleneck_s else \
+            f"; bound by the shared devices: {self.rank_seconds * 1e3:.0f} busy rank-ms per step"
+        return (f"AHD schedule {self.schedule.describe()} — predicted {self.predicted_s * 1e3:.1f} ms/step "
+                f"({stages}{shared})")
 
 
 def search_schedule(model: StageCostModel, world_size: int) -> SearchResult:
-    """The schedule over exactly ``world_size`` ranks with the smallest bottleneck stage cost;
-    among those, the smallest total of stage costs (the fewest busy rank-seconds).
+    """The schedule over exactly ``world_size`` ranks with the smallest predicted step time
+    (:meth:`StageCostModel.step_time`); among those, the fewest busy rank-seconds.
 
-    Two exact dynamic programmes over (blocks placed, ranks used): the first finds the smallest
-    bottleneck ``b*``, the second the smallest total among schedules whose every stage costs at
-    most ``b*``.
+    ``W(T)``, the fewest rank-seconds of any schedule whose stages all cost at most ``T``, is one
+    exact dynamic programme; it never grows with ``T``. The optimum is ``min_T max(T, W(T)/D)``
+    over the stage costs ``T`` at or above the smallest possible bottleneck (another programme),
+    found by bisection where ``T`` crosses ``W(T)/D``.
     """
     n = model.costs.num_blocks
     if world_size < 1 or n < 1:
@@ -126,35 +151,51 @@ def search_schedule(model: StageCostModel, world_size: int) -> SearchResult:
     widths = [g for g in range(1, min(world_size, model.costs.batch) + 1)
               if g in model.costs.teacher and g in model.costs.student]
     # stage j..i-1 on g ranks from rank r; the first stage starts at rank 0, later ones after it
-    cost = {(j, i, g, r): model.stage_cost(j, i - 1, g, r)
-            for i in range(1, n + 1) for j in range(i) for g in widths
-            for r in ([0] if j == 0 else range(1, world_size - g + 1))}
+    keys = [(j, i, g, r) for i in range(1, n + 1) for j in range(i) for g in widths
+            for r in ([0] if j == 0 else range(1, world_size - g + 1))]
+    cost = {k: model.stage_cost(k[0], k[1] - 1, k[2], k[3]) for k in keys}
+    work = {k: k[2] * model.compute(k[0], k[1] - 1, k[2]) for k in keys}
+    inf = float("inf")
 
-    def solve(combine, allowed):
-        # best[i][r]: (value, previous (j, r0)) for blocks 0..i-1 on ranks 0..r-1
-        inf = float("inf")
+    def solve(value, combine, limit):
+        # best[i][r]: (value, previous (j, r0)) for blocks 0..i-1 on ranks 0..r-1, stages costing <= limit
         best = [[(inf, None)] * (world_size + 1) for _ in range(n + 1)]
         best[0][0] = (0.0, None)
         for i in range(1, n + 1):
             for r in range(1, world_size + 1):
                 for j in range(i):
                     for g in widths:
-                        if g > r or best[j][r - g][0] == inf or (j, i, g, r - g) not in cost \
-                                or not allowed(cost[j, i, g, r - g]):
+                        key = (j, i, g, r - g)
+                        if g > r or best[j][r - g][0] == inf or key not in cost or cost[key] > limit:
                             continue
-                        v = combine(best[j][r - g][0], cost[j, i, g, r - g])
+                        v = combine(best[j][r - g][0], value[key])
                         if v < best[i][r][0]:
                             best[i][r] = (v, (j, r - g))
         return best
 
-    first = solve(max, lambda c: True)
-    bottleneck = first[n][world_size][0]
-    if bottleneck == float("inf"):
+    bottleneck = solve(cost, max, inf)[n][world_size][0]
+    if bottleneck == inf:
         raise ValueError(
             f"no schedule places {n} blocks on {world_size} ranks with a batch of {model.costs.batch} rows "
             "(every rank needs at least one row): use fewer processes or a larger batch."
         )
-    best = solve(lambda a, b: a + b, lambda c: c <= bottleneck * (1 + 1e-12))
+    eps = 1 + 1e-12
+    limits = sorted({c for c in cost.values() if c <= bottleneck * eps and c >= bottleneck / eps} |
+                    ({c for c in cost.values() if c > bottleneck} if model.shared_devices else set()))
+    least = lambda limit: solve(work, lambda a, b: a + b, limit * eps)  # noqa: E731
+    # the first limit whose own value is at least the shared devices' load W(T)/D (a bisection)
+    lo, hi = 0, len(limits) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if model.step_time(limits[mid], least(limits[mid])[n][world_size][0]) <= limits[mid] * eps:
+            hi = mid
+        else:
+            lo = mid + 1
+    options = []
+    for k in {lo, max(0, lo - 1)}:
+        best = least(limits[k])
+        options.append((model.step_time(limits[k], best[n][world_size][0]), best[n][world_size][0], k, best))
+    _, _, _, best = min(options, key=lambda o: o[:3])
     stages, widths_out, i, r = [], [], n, world_size
     while i > 0:
         _, prev = best[i][r]
@@ -165,4 +206,5 @@ def search_schedule(model: StageCostModel, world_size: int) -> SearchResult:
         i, r = j, r0
     schedule = DistillSchedule.build(stages[::-1], widths_out[::-1])
     stage_s = tuple(model.schedule_costs(schedule))
-    return SearchResult(schedule, max(stage_s), stage_s)
+    rank_s = model.rank_seconds(schedule)
+    return SearchResult(schedule, model.step_time(max(stage_s), rank_s), max(stage_s), stage_s, rank_s)

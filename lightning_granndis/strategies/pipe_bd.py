@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+import os
+from typing import Any, Callable, Mapping
 
 import lightning.pytorch as pl
 import torch
@@ -197,7 +198,16 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         costs = BlockCosts(batch, teacher, student, parameter_bytes(list(module.student)),
                            feature_bytes_per_row(list(module.teacher), example))
         assert self.topology is not None
-        return search_schedule(StageCostModel(costs, self.link_model, self.topology.server_of), self.world_size)
+        model = StageCostModel(costs, self.link_model, self.topology.server_of, self._shared_devices())
+        return search_schedule(model, self.world_size)
+
+    def _shared_devices(self) -> float | None:
+        """CPU cores the ranks share, in units of one rank's threads (``None``: a device each)."""
+        if self.root_device.type != "cpu":
+            return None
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        devices = self.num_nodes * max(1, cores // torch.get_num_threads())
+        return float(devices) if devices < self.world_size else None
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
@@ -265,8 +275,8 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         line = f"Pipe-BD ({self.describe()}) schedule {self.schedule.describe() if self.schedule else '-'}: " \
                f"measured {measured * 1e3:.1f} ms/step"
         if self.ahd is not None:
-            self.report["predicted_step_s"] = self.ahd.bottleneck_s
-            line += f", AHD predicted {self.ahd.bottleneck_s * 1e3:.1f} ms/step"
+            self.report["predicted_step_s"] = self.ahd.predicted_s
+            line += f", AHD predicted {self.ahd.predicted_s * 1e3:.1f} ms/step"
         rank_zero_info(line + f"; teacher block runs per batch per rank {execs}")
 
     @override
