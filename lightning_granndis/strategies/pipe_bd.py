@@ -39,8 +39,9 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
     - **Automatic Hybrid Distribution (AHD)** (``schedule="auto"``): every block's teacher
       forward and student forward/backward are profiled at every candidate per-rank batch size.
       :func:`~lightning_granndis.distill.search_schedule` then picks the stage split and
-      data-parallel widths with the smallest bottleneck. The all-reduce and relay costs come from
-      the link model.
+      data-parallel widths with the smallest predicted step time: the bottleneck stage, or on CPU
+      processes sharing fewer cores, the busy rank-seconds per core if larger. The all-reduce
+      and relay costs come from the link model.
 
     ``mode="dna"`` trains every block data-parallel on every rank and re-runs the teacher from the
     input for each block. ``mode="ls"`` gives each rank a stage; the rank trains that stage on the
