@@ -245,3 +245,21 @@ def test_in_process_fit_assembles_a_student_that_computes_the_modules_forward():
     x = torch.randn(3, 4)
     assert isinstance(student, nn.Sequential) and torch.allclose(student(x), model.cpu()(x))
     assert model._distill_runner is None  # detached after fit: the module works alone again
+
+
+@pytest.mark.parametrize("mode", ["tr", "dna"])
+def test_a_rank_without_rows_contributes_a_zero_gradient(mode):
+    # 2 rows over a 3-rank stage: rank 0 owns none. BatchNorm would refuse an empty batch.
+    torch.manual_seed(0)
+    teacher = [nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 5)]
+    student = [nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), nn.Linear(4, 5)]
+    module = BlockwiseDistillation(teacher, student)
+    runner = BlockwiseRunner(module.teacher, module.student, module.block_loss,
+                             DistillSchedule.build([[0, 1]], [3]), mode, rank=0)
+    x, y = torch.randn(2, 4), torch.tensor([1, 2])
+    loss = runner.train_step((x, y))
+    loss.backward()
+    assert float(loss) == 0.0 and all(float(p.grad.abs().sum()) == 0.0 for p in module.student.parameters())
+    module.eval()
+    metrics = runner.eval_step((x, y))
+    assert metrics["loss"] == 0.0 and metrics["rows"] == 2  # nothing of this batch was on this rank

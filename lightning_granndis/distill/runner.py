@@ -85,6 +85,8 @@ class BlockwiseRunner:
         if self.stage == 0 or self.relay is None:
             x, y = batch_data
             batch, lo, x, y = self._input_rows(x, y, self.width, self.index)
+            if x.shape[0] == 0:  # a batch with fewer rows than the stage has ranks
+                return batch, lo, {}
             got = {"teacher": x}
             if y is not None:
                 got["labels"] = y
@@ -101,6 +103,8 @@ class BlockwiseRunner:
             x, y = batch_data
             batch, _, x, _ = self._input_rows(x, y, self.width, self.index)
             rows = x.shape[0]
+            if rows == 0:
+                return self._student_loss({}, 0, batch)
             guides = {}
             for i in self.owned:  # the DNA baseline re-runs the teacher from the input for every block
                 inputs, outputs = guide_features(self.teacher, x, 0, i, self.counter)
@@ -160,8 +164,8 @@ class BlockwiseRunner:
         if self.mode == "dna":
             x, y = batch_data
             batch, start, x, y = self._input_rows(x, y, self.width, self.index)
-            got = {"teacher": x, "student": x}
-            if y is not None:
+            got = {"teacher": x, "student": x} if x.shape[0] else {}
+            if y is not None and got:
                 got["labels"] = y
             blocks = list(range(n))
             last_stage = True
