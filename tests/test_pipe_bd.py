@@ -68,13 +68,20 @@ def test_teacher_runs_each_block_once_per_batch_per_stage_against_n_n_plus_1_ove
     n = 4
     assert reference["execs"] == n
     per_rank = {name: runs[name]["report"]["teacher_execs_per_batch"] for name in RUNS}
-    # Teacher relaying: every rank runs exactly its own blocks once per batch.
+    # Teacher relaying: every rank runs exactly its own blocks once per batch in which it holds rows
+    # (batches of 10, 10, 10, 2 rows: with 3 ranks on a stage, the first holds none of the 2-row one).
+    from lightning_granndis.distill import row_range
+
+    batches = [10, 10, 10, 2]
     for name in ("tr", "tr_dpu_3x1", "tr_dpu_2x2", "auto"):
         stages = runs[name]["schedule"]["stages"]
         widths = runs[name]["schedule"]["widths"]
-        want = [len(s) for s, w in zip(stages, widths) for _ in range(w)]
+        want = [len(s) * sum(1 for b in batches if row_range(b, w, j)[1] > row_range(b, w, j)[0]) / len(batches)
+                for s, w in zip(stages, widths) for j in range(w)]
         assert per_rank[name] == want, name
-    assert per_rank["dna"] == [n * (n + 1) / 2] * 4    # every block re-runs the teacher from the input
+    held = [sum(1 for b in batches if row_range(b, 4, j)[1] > row_range(b, 4, j)[0]) / len(batches) for j in range(4)]
+    assert per_rank["dna"] == [n * (n + 1) / 2 * h for h in held]  # every block re-runs the teacher from the input
+    assert held == [0.75, 1.0, 0.75, 1.0]
     assert per_rank["ls"] == [1, 2, 3, 4]               # each rank runs the teacher up to its block
 
 
