@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
+
+from lightning_granndis.datamodules.splits import SplitDataModule
 
 
-class DigitsDataModule(pl.LightningDataModule):
+class DigitsDataModule(SplitDataModule):
     """The 1,797 8×8 digit images bundled with scikit-learn, split deterministically.
 
     Args:
@@ -53,20 +54,3 @@ class DigitsDataModule(pl.LightningDataModule):
         n_test = int(len(y) * self.hparams.test_fraction)
         parts = {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
         self.splits = {k: TensorDataset(x[idx], y[idx]) for k, idx in parts.items()}
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

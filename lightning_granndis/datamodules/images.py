@@ -6,11 +6,12 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import Dataset, TensorDataset
+
+from lightning_granndis.datamodules.splits import SplitDataModule
 
 DATASETS = ("digits", "cifar10")
 CIFAR_DIR = "cifar-10-batches-py"
@@ -63,7 +64,7 @@ class _Augmented(Dataset):
         return x, self.y[i]
 
 
-class ImageDataModule(pl.LightningDataModule):
+class ImageDataModule(SplitDataModule):
     """Small images for classification and distillation.
 
     Args:
@@ -135,16 +136,3 @@ class ImageDataModule(pl.LightningDataModule):
         self.splits = {k: TensorDataset(*v) for k, v in data.items()}
         if hp.augment:
             self.splits["train"] = _Augmented(*data["train"], flip=hp.dataset == "cifar10")
-
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(self.splits[split], batch_size=self.hparams.batch_size, shuffle=shuffle,
-                          num_workers=self.hparams.num_workers)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
