@@ -116,7 +116,7 @@ def test_blockwise_distillation_of_a_trained_teacher_learns_in_one_process(tmp_p
     trainer.fit(model, dm)
     m = trainer.callback_metrics
     assert m["val_teacher_acc"] > 0.8
-    assert m["val_student_acc"] > 0.4            # chance is 0.1; the student never saw a label
+    assert m["val_student_acc"] > 0.25           # chance is 0.1 (0.46 measured); the student never saw a label
     assert m["train_block0_loss"] < 1.0
     student = model.assemble_student()
     x, y = next(iter(dm.val_dataloader()))
