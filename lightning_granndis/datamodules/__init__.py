@@ -4,5 +4,6 @@ from lightning_granndis.datamodules.digits import DigitsDataModule
 from lightning_granndis.datamodules.images import ImageDataModule
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.datamodules.text import TextDataModule
+from lightning_granndis.datamodules.visual_genome import VisualGenomeDataModule
 
-__all__ = ["DigitsDataModule", "ImageDataModule", "OGBNodeDataModule", "TextDataModule"]
+__all__ = ["DigitsDataModule", "ImageDataModule", "OGBNodeDataModule", "TextDataModule", "VisualGenomeDataModule"]

@@ -1,0 +1,138 @@
+"""Visual Genome relationships for predicate detection, with generated scenes as the default."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from lightning_granndis.datamodules.splits import SplitDataModule
+
+from lightning_granndis.vrd.spatial import spatial_vector
+from lightning_granndis.vrd.visual_genome import Relationship, read_relationships, vocabulary
+
+
+class RelationshipDataset(Dataset):
+    """Predicate-detection samples: the union-box crop (loaded lazily), the spatial vector, the
+    subject/object classes and the predicate."""
+
+    def __init__(self, rels: list[Relationship], sizes: dict[int, tuple[int, int]], objects: dict[str, int],
+                 predicates: dict[str, int], images: Path, crop_size: int, zero_shot: set | None = None) -> None:
+        self.rels, self.sizes, self.objects, self.predicates = rels, sizes, objects, predicates
+        self.images, self.crop_size = images, crop_size
+        self.zero_shot = zero_shot or set()
+
+    def __len__(self) -> int:
+        return len(self.rels)
+
+    def crop(self, rel: Relationship) -> torch.Tensor:
+        from PIL import Image
+        import torchvision.transforms.functional as TF
+
+        path = self.images / f"{rel.image_id}.jpg"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: image {rel.image_id} of a relationship is missing from {self.images}.")
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            s, o = rel.subject_box, rel.object_box
+            box = (max(0, min(s[0], o[0]) - 1), max(0, min(s[1], o[1]) - 1),
+                   min(image.width, max(s[2], o[2]) + 1), min(image.height, max(s[3], o[3]) + 1))  # 1-px margin
+            crop = image.crop(tuple(int(round(v)) for v in box)).resize((self.crop_size, self.crop_size))
+        return TF.normalize(TF.to_tensor(crop), (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+
+    def __getitem__(self, i: int) -> dict:
+        rel = self.rels[i]
+        w, h = self.sizes[rel.image_id]
+        sub, obj = torch.tensor([rel.subject_box]), torch.tensor([rel.object_box])
+        return {
+            "crop": self.crop(rel), "spatial": spatial_vector(sub, obj, w, h)[0],
+            "subject": self.objects[rel.subject], "object": self.objects[rel.object],
+            "predicate": self.predicates[rel.predicate], "image_id": rel.image_id,
+            "subject_box": sub[0], "object_box": obj[0],
+            "zero_shot": (rel.subject, rel.predicate, rel.object) in self.zero_shot,
+        }
+
+
+class VisualGenomeDataModule(SplitDataModule):
+    """Predicate detection on Visual Genome's files (or generated scenes in the same layout).
+
+    Args:
+        root: a folder with ``image_data.json``, ``objects.json``, ``relationships.json``,
+            ``images/<image_id>.jpg`` and optionally the alias files. ``None`` (default): generated
+            scenes (:func:`~lightning_granndis.vrd.scenes.write_scenes`) written once to
+            ``data/vg_scenes``.
+        num_objects, num_predicates: vocabulary sizes (default 150 / 50, Visual Genome's usual;
+            100 / 70 is VRD's).
+        crop_size: side of the union-box crop (default 32).
+        batch_size: samples per batch (default 64).
+        val_fraction, test_fraction: shares of images (default 0.1 / 0.2), split by a seeded
+            permutation of image ids.
+        seed: split seed (default 0).
+        num_images: generated scenes when ``root`` is ``None`` (default 800).
+        num_workers: DataLoader workers (default 0).
+
+    Batches are dicts: ``crop`` ``[B, 3, S, S]``, ``spatial`` ``[B, 7]``, ``subject``, ``object``,
+    ``predicate``, ``image_id``, ``zero_shot`` (test triplets never seen in training) ``[B]``.
+    """
+
+    def __init__(self, root: str | None = None, num_objects: int = 150, num_predicates: int = 50, crop_size: int = 32,
+                 batch_size: int = 64, val_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0,
+                 num_images: int = 800, num_workers: int = 0) -> None:
+        super().__init__()
+        if not 0 < val_fraction + test_fraction < 1:
+            raise ValueError(f"val_fraction + test_fraction must lie in (0, 1), got {val_fraction} + {test_fraction}.")
+        self.save_hyperparameters()
+        self.splits: dict[str, RelationshipDataset] = {}
+        self.object_names: list[str] = []
+        self.predicate_names: list[str] = []
+
+    @property
+    def root(self) -> Path:
+        return Path(self.hparams.root) if self.hparams.root else Path("data") / "vg_scenes"
+
+    def prepare_data(self) -> None:
+        if self.hparams.root is None and not (self.root / "relationships.json").exists():
+            from lightning_granndis.vrd.scenes import write_scenes
+
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=self.root.parent, prefix=".vg_scenes."))
+            write_scenes(tmp, self.hparams.num_images, seed=self.hparams.seed)
+            try:
+                tmp.rename(self.root)  # atomic: a reader sees all of it or nothing
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # another process got there first
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits:
+            return
+        if self.hparams.root is None:
+            self.prepare_data()
+        hp = self.hparams
+        sizes, rels = read_relationships(self.root)
+        self.object_names = vocabulary([n for r in rels for n in (r.subject, r.object)], hp.num_objects)
+        self.predicate_names = vocabulary([r.predicate for r in rels], hp.num_predicates)
+        objects = {n: i for i, n in enumerate(self.object_names)}
+        predicates = {n: i for i, n in enumerate(self.predicate_names)}
+        rels = [r for r in rels if r.subject in objects and r.object in objects and r.predicate in predicates]
+        ids = sorted(sizes)
+        order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(hp.seed)).tolist()
+        n_val, n_test = int(hp.val_fraction * len(ids)), int(hp.test_fraction * len(ids))
+        split_of = {}
+        for rank, idx in enumerate(order):
+            split_of[ids[idx]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
+        parts = {k: [r for r in rels if split_of[r.image_id] == k] for k in ("train", "val", "test")}
+        seen = {(r.subject, r.predicate, r.object) for r in parts["train"]}
+        unseen = {(r.subject, r.predicate, r.object) for r in rels} - seen
+        self.splits = {k: RelationshipDataset(v, sizes, objects, predicates, self.root / "images", hp.crop_size,
+                                              zero_shot=unseen) for k, v in parts.items()}
+
+    @property
+    def num_object_classes(self) -> int:
+        return len(self.object_names)
+
+    @property
+    def num_predicate_classes(self) -> int:
+        return len(self.predicate_names)

@@ -1,0 +1,134 @@
+"""Generated scenes in Visual Genome's on-disk layout: the embedded default for relationships.
+
+Each image shows 2-4 shapes (classes: circle, square, triangle, bar, frame, cross) in colours on a
+plain canvas. Relationships follow from geometry and class, in this order of precedence:
+
+- ``inside``: the subject's box lies within a ``frame``'s;
+- ``on``: the subject rests on a ``bar`` (bottom edge on its top, overlapping horizontally);
+- ``bigger than``: the subject's area is at least three times the object's;
+- ``left of`` / ``right of`` / ``above`` / ``below``: the larger of the centre offsets decides.
+
+:func:`write_scenes` writes ``images/<id>.jpg``, ``image_data.json``, ``objects.json``,
+``relationships.json`` and the two alias files, with names in mixed case and synonyms (``disc``
+for circle, ``to the left of`` for left of), so loading exercises lower-casing and alias merging.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CLASSES = ("circle", "square", "triangle", "bar", "frame", "cross")
+PREDICATES = ("inside", "on", "bigger than", "left of", "right of", "above", "below")
+COLOURS = ((220, 40, 40), (40, 160, 60), (50, 80, 220), (230, 180, 30), (150, 60, 190))
+OBJECT_ALIASES = {"circle": ["disc", "round"], "square": ["box"]}
+PREDICATE_ALIASES = {"left of": ["to the left of"], "on": ["on top of"]}
+
+
+def predicate_of(s: dict, o: dict) -> str:
+    """The predicate between subject ``s`` and object ``o`` (dicts with ``name, x, y, w, h``)."""
+    sx2, sy2, ox2, oy2 = s["x"] + s["w"], s["y"] + s["h"], o["x"] + o["w"], o["y"] + o["h"]
+    if o["name"] == "frame" and s["x"] >= o["x"] and s["y"] >= o["y"] and sx2 <= ox2 and sy2 <= oy2:
+        return "inside"
+    if o["name"] == "bar" and abs(sy2 - o["y"]) <= 2 and s["x"] < ox2 and sx2 > o["x"]:
+        return "on"
+    if s["w"] * s["h"] >= 3 * o["w"] * o["h"]:
+        return "bigger than"
+    dx = (o["x"] + o["w"] / 2) - (s["x"] + s["w"] / 2)
+    dy = (o["y"] + o["h"] / 2) - (s["y"] + s["h"] / 2)
+    if abs(dx) >= abs(dy):
+        return "left of" if dx > 0 else "right of"
+    return "above" if dy > 0 else "below"
+
+
+def _draw(draw, obj: dict, colour) -> None:
+    x, y, w, h = obj["x"], obj["y"], obj["w"], obj["h"]
+    box = [x, y, x + w - 1, y + h - 1]
+    name = obj["name"]
+    if name == "circle":
+        draw.ellipse(box, fill=colour)
+    elif name == "square" or name == "bar":
+        draw.rectangle(box, fill=colour)
+    elif name == "triangle":
+        draw.polygon([(x, y + h - 1), (x + w - 1, y + h - 1), (x + w // 2, y)], fill=colour)
+    elif name == "frame":
+        draw.rectangle(box, outline=colour, width=2)
+    else:  # cross
+        draw.rectangle([x + w // 3, y, x + 2 * w // 3, y + h - 1], fill=colour)
+        draw.rectangle([x, y + h // 3, x + w - 1, y + 2 * h // 3], fill=colour)
+
+
+def _scene(rnd: random.Random, size: int) -> list[dict]:
+    objects: list[dict] = []
+    kind = rnd.random()
+    if kind < 0.25:  # something inside a frame
+        w = rnd.randint(size // 3, size // 2)
+        frame = {"name": "frame", "x": rnd.randint(0, size - w), "y": rnd.randint(0, size - w), "w": w, "h": w}
+        inner = rnd.randint(5, w // 2)
+        objects += [frame, {"name": rnd.choice(("circle", "square", "triangle", "cross")), "w": inner, "h": inner,
+                            "x": frame["x"] + rnd.randint(3, w - inner - 3), "y": frame["y"] + rnd.randint(3, w - inner - 3)}]
+    elif kind < 0.5:  # something on a bar
+        bw = rnd.randint(size // 3, size // 2)
+        bar = {"name": "bar", "x": rnd.randint(0, size - bw), "y": rnd.randint(size // 2, size - 6), "w": bw, "h": 5}
+        inner = rnd.randint(6, 12)
+        objects += [bar, {"name": rnd.choice(("circle", "square", "triangle", "cross")), "w": inner, "h": inner,
+                          "x": bar["x"] + rnd.randint(0, bw - inner), "y": bar["y"] - inner}]
+    while len(objects) < rnd.randint(2, 4):
+        side = rnd.choice((rnd.randint(6, 10), rnd.randint(12, 22)))
+        cand = {"name": rnd.choice(("circle", "square", "triangle", "cross")), "w": side, "h": side,
+                "x": rnd.randint(0, size - side), "y": rnd.randint(0, size - side)}
+        if all(cand["x"] + cand["w"] <= o["x"] or o["x"] + o["w"] <= cand["x"] or cand["y"] + cand["h"] <= o["y"]
+               or o["y"] + o["h"] <= cand["y"] for o in objects):  # no overlaps but the planned ones
+            objects.append(cand)
+    return objects
+
+
+def _spelled(name: str, aliases: dict[str, list[str]], rnd: random.Random) -> str:
+    options = [name, *aliases.get(name, [])]
+    spelled = rnd.choice(options)
+    return spelled.title() if rnd.random() < 0.3 else spelled
+
+
+def write_scenes(root: str | Path, num_images: int = 600, size: int = 64, seed: int = 0) -> Path:
+    """Writes ``num_images`` scenes under ``root`` in Visual Genome's layout; returns ``root``."""
+    from PIL import Image, ImageDraw
+
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(seed)
+    image_data, objects_json, relationships_json = [], [], []
+    next_object, next_rel = 1, 1
+    for image_id in range(1, num_images + 1):
+        objs = _scene(rnd, size)
+        canvas = Image.new("RGB", (size, size), (245, 245, 240))
+        draw = ImageDraw.Draw(canvas)
+        for obj in objs:
+            obj["object_id"], next_object = next_object, next_object + 1
+            _draw(draw, obj, rnd.choice(COLOURS))
+        canvas.save(root / "images" / f"{image_id}.jpg", quality=95)
+        image_data.append({"image_id": image_id, "width": size, "height": size,
+                           "url": f"https://example.invalid/{image_id}.jpg"})
+
+        def entry(o):
+            return {"object_id": o["object_id"], "x": o["x"], "y": o["y"], "w": o["w"], "h": o["h"],
+                    "names": [_spelled(o["name"], OBJECT_ALIASES, rnd)]}
+
+        objects_json.append({"image_id": image_id, "objects": [entry(o) for o in objs]})
+        rels = []
+        for s in objs:
+            for o in objs:
+                if s is o or rnd.random() < 0.3:
+                    continue
+                rels.append({"relationship_id": next_rel,
+                             "predicate": _spelled(predicate_of(s, o), PREDICATE_ALIASES, rnd).upper()
+                             if rnd.random() < 0.1 else _spelled(predicate_of(s, o), PREDICATE_ALIASES, rnd),
+                             "subject": entry(s), "object": entry(o)})
+                next_rel += 1
+        relationships_json.append({"image_id": image_id, "relationships": rels})
+    (root / "image_data.json").write_text(json.dumps(image_data))
+    (root / "objects.json").write_text(json.dumps(objects_json))
+    (root / "relationships.json").write_text(json.dumps(relationships_json))
+    (root / "object_alias.txt").write_text("".join(f"{','.join([k, *v])}\n" for k, v in OBJECT_ALIASES.items()))
+    (root / "relationship_alias.txt").write_text("".join(f"{','.join([k, *v])}\n" for k, v in PREDICATE_ALIASES.items()))
+    return root

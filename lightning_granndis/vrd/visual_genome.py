@@ -1,0 +1,112 @@
+"""Reading Visual Genome's relationship annotations (``image_data.json``, ``objects.json``,
+``relationships.json``, optional ``object_alias.txt`` / ``relationship_alias.txt``).
+
+Names are lower-cased and stripped, and aliases merged (an alias file line is
+``canonical,synonym,synonym...``). Vocabularies keep the ``num_objects`` / ``num_predicates``
+most frequent names (ties by name). A relationship whose subject, object or predicate falls
+outside them is left out; an entry that cannot be read raises an error naming the file and the
+entry, so a bad entry never shifts labels silently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Relationship:
+    """One annotated triplet; boxes are ``(x1, y1, x2, y2)`` in pixels."""
+
+    image_id: int
+    subject: str
+    predicate: str
+    object: str
+    subject_box: tuple[float, float, float, float]
+    object_box: tuple[float, float, float, float]
+
+
+def load_json(path: Path):
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: a Visual Genome root holds image_data.json, objects.json and "
+                                "relationships.json (and images/).")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}.") from err
+
+
+def load_aliases(path: Path) -> dict[str, str]:
+    """``{synonym: canonical}`` from ``canonical,synonym,...`` lines; none when the file is absent."""
+    if not path.exists():
+        return {}
+    aliases = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        names = [n.strip().lower() for n in line.split(",") if n.strip()]
+        if len(names) == 1:
+            raise ValueError(f"{path}:{number}: an alias line needs 'canonical,synonym[,...]', got {line!r}.")
+        for synonym in names[1:]:
+            aliases[synonym] = names[0]
+    return aliases
+
+
+def _name(entry: dict, where: str) -> str:
+    if "names" in entry and isinstance(entry["names"], list) and entry["names"]:
+        return str(entry["names"][0])
+    if "name" in entry:
+        return str(entry["name"])
+    raise ValueError(f"{where}: has neither 'names' nor 'name'.")
+
+
+def _box(entry: dict, where: str) -> tuple[float, float, float, float]:
+    try:
+        x, y, w, h = (float(entry[k]) for k in ("x", "y", "w", "h"))
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{where}: needs numeric x, y, w, h ({err!r}).") from err
+    if w <= 0 or h <= 0:
+        raise ValueError(f"{where}: box of width {w} and height {h}; both must be positive.")
+    return (x, y, x + w, y + h)
+
+
+def read_relationships(root: str | Path) -> tuple[dict[int, tuple[int, int]], list[Relationship]]:
+    """Image sizes ``{image_id: (width, height)}`` and every relationship, names normalised and
+    aliases merged (not yet filtered by vocabulary)."""
+    root = Path(root)
+    sizes = {}
+    for i, image in enumerate(load_json(root / "image_data.json")):
+        try:
+            sizes[int(image.get("image_id", image.get("id")))] = (int(image["width"]), int(image["height"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{root / 'image_data.json'}: entry {i} needs image_id, width, height ({err!r}).") from err
+    object_alias = load_aliases(root / "object_alias.txt")
+    predicate_alias = load_aliases(root / "relationship_alias.txt")
+
+    def norm(name: str, alias: dict[str, str]) -> str:
+        name = " ".join(name.strip().lower().split())
+        return alias.get(name, name)
+
+    rels = []
+    path = root / "relationships.json"
+    for i, image in enumerate(load_json(path)):
+        image_id = image.get("image_id")
+        if image_id not in sizes:
+            raise ValueError(f"{path}: entry {i} refers to image {image_id!r}, which image_data.json does not list.")
+        for j, rel in enumerate(image.get("relationships", [])):
+            where = f"{path}: image {image_id}, relationship {rel.get('relationship_id', j)}"
+            if not isinstance(rel.get("predicate"), str) or not rel["predicate"].strip():
+                raise ValueError(f"{where}: needs a non-empty 'predicate'.")
+            if not isinstance(rel.get("subject"), dict) or not isinstance(rel.get("object"), dict):
+                raise ValueError(f"{where}: needs 'subject' and 'object' entries.")
+            rels.append(Relationship(
+                int(image_id), norm(_name(rel["subject"], where + " subject"), object_alias),
+                norm(rel["predicate"], predicate_alias), norm(_name(rel["object"], where + " object"), object_alias),
+                _box(rel["subject"], where + " subject"), _box(rel["object"], where + " object")))
+    return sizes, rels
+
+
+def vocabulary(names: list[str], size: int) -> list[str]:
+    """The ``size`` most frequent names, most frequent first (ties by name)."""
+    counts = Counter(names)
+    return [n for n, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]]

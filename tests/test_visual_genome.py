@@ -1,0 +1,113 @@
+"""Visual Genome parsing on generated scenes written in its on-disk layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lightning_granndis.datamodules import VisualGenomeDataModule
+from lightning_granndis.vrd.scenes import PREDICATES, predicate_of, write_scenes
+from lightning_granndis.vrd.visual_genome import load_aliases, read_relationships
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    return write_scenes(tmp_path_factory.mktemp("vg"), num_images=120, seed=3)
+
+
+def test_predicates_follow_from_geometry_and_class():
+    frame = {"name": "frame", "x": 10, "y": 10, "w": 30, "h": 30}
+    dot = {"name": "circle", "x": 15, "y": 15, "w": 6, "h": 6}
+    bar = {"name": "bar", "x": 0, "y": 50, "w": 40, "h": 5}
+    cup = {"name": "square", "x": 5, "y": 42, "w": 8, "h": 8}
+    assert predicate_of(dot, frame) == "inside" and predicate_of(cup, bar) == "on"
+    assert predicate_of(frame, dot) == "bigger than"
+    far = {"name": "square", "x": 50, "y": 12, "w": 8, "h": 8}
+    assert predicate_of(dot, far) == "left of" and predicate_of(far, dot) == "right of"
+    low = {"name": "square", "x": 14, "y": 50, "w": 7, "h": 7}
+    assert predicate_of(dot, low) == "above" and predicate_of(low, dot) == "below"
+
+
+def test_names_are_lowercased_and_aliases_merged(scenes):
+    raw = json.loads((scenes / "relationships.json").read_text())
+    spelled = {r["subject"]["names"][0] for im in raw for r in im["relationships"]}
+    assert "disc" in {n.lower() for n in spelled} and any(n != n.lower() for n in spelled)  # the file varies
+    sizes, rels = read_relationships(scenes)
+    assert len(sizes) == 120 and sizes[1] == (64, 64)
+    assert {r.predicate for r in rels} <= set(PREDICATES)           # "to the left of", "ON TOP OF" merged
+    assert {r.subject for r in rels} <= {"circle", "square", "triangle", "bar", "frame", "cross"}
+    assert load_aliases(scenes / "object_alias.txt")["disc"] == "circle"
+
+
+def test_datamodule_builds_vocabularies_a_deterministic_split_and_union_crops(scenes):
+    dm = VisualGenomeDataModule(root=str(scenes), num_objects=150, num_predicates=50, crop_size=24, batch_size=8)
+    dm.setup()
+    assert dm.num_predicate_classes == len(PREDICATES) and dm.num_object_classes == 6
+    again = VisualGenomeDataModule(root=str(scenes))
+    again.setup()
+    images = {k: {r.image_id for r in v.rels} for k, v in dm.splits.items()}
+    assert images == {k: {r.image_id for r in v.rels} for k, v in again.splits.items()}
+    assert not (images["train"] & images["test"]) and not (images["train"] & images["val"])
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["crop"].shape == (8, 3, 24, 24) and batch["spatial"].shape == (8, 7)
+    rel = dm.splits["train"].rels[0]
+    sample = dm.splits["train"][0]
+    assert dm.predicate_names[sample["predicate"]] == rel.predicate and dm.object_names[sample["subject"]] == rel.subject
+    # zero-shot: exactly the test triplets that training never shows
+    train = {(r.subject, r.predicate, r.object) for r in dm.splits["train"].rels}
+    test = dm.splits["test"]
+    flags = [test[i]["zero_shot"] for i in range(len(test))]
+    assert flags == [(r.subject, r.predicate, r.object) not in train for r in test.rels]
+
+
+def test_smaller_vocabularies_drop_rare_names_instead_of_shifting_labels(scenes):
+    dm = VisualGenomeDataModule(root=str(scenes), num_objects=3, num_predicates=2)
+    dm.setup()
+    kept = [r for split in dm.splits.values() for r in split.rels]
+    assert {r.predicate for r in kept} == set(dm.predicate_names) and len(dm.predicate_names) == 2
+    assert all(r.subject in dm.object_names and r.object in dm.object_names for r in kept)
+
+
+def test_malformed_input_names_the_file_and_entry(tmp_path, scenes):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(scenes, bad)
+    text = (bad / "relationships.json").read_text()
+    (bad / "relationships.json").write_text(text[:-5])
+    with pytest.raises(ValueError, match=r"relationships.json is not valid JSON"):
+        read_relationships(bad)
+    data = json.loads(text)
+    rel = data[4]["relationships"][0]
+    del rel["subject"]["w"]
+    (bad / "relationships.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"image 5, relationship {rel['relationship_id']} subject: needs numeric"):
+        read_relationships(bad)
+    data[4]["relationships"][0]["subject"]["w"] = 5
+    data[4]["relationships"][0]["predicate"] = ""
+    (bad / "relationships.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="needs a non-empty 'predicate'"):
+        read_relationships(bad)
+    data[4]["relationships"][0]["predicate"] = "above"
+    (bad / "relationships.json").write_text(json.dumps(data))
+    (bad / "object_alias.txt").write_text("circle,disc\nlonely\n")
+    with pytest.raises(ValueError, match=r"object_alias.txt:2"):
+        read_relationships(bad)
+    (bad / "object_alias.txt").unlink()
+    (bad / "images" / "1.jpg").unlink()
+    dm = VisualGenomeDataModule(root=str(bad), test_fraction=0.2)
+    dm.setup()
+    split = next(s for s in dm.splits.values() if any(r.image_id == 1 for r in s.rels))
+    with pytest.raises(FileNotFoundError, match="image 1 of a relationship is missing"):
+        split[[r.image_id for r in split.rels].index(1)]
+
+
+def test_default_scenes_are_generated_once_in_the_same_layout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dm = VisualGenomeDataModule(num_images=40)
+    dm.setup()
+    assert (tmp_path / "data" / "vg_scenes" / "relationships.json").exists()
+    assert sum(len(s) for s in dm.splits.values()) > 40
+    assert isinstance(dm.splits["train"][0]["crop"], torch.Tensor)
