@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_granndis.datamodules.splits import SplitDataModule
 
@@ -56,6 +56,29 @@ class RelationshipDataset(Dataset):
         }
 
 
+class ImageGroups(Dataset):
+    """The relationships of a :class:`RelationshipDataset` grouped by image: item ``i`` is the list
+    of image ``i``'s samples (Recall@K ranks each image's pairs together, so an image never
+    straddles ranks or batches)."""
+
+    def __init__(self, samples: RelationshipDataset) -> None:
+        self.samples = samples
+        groups: dict[int, list[int]] = {}
+        for i, rel in enumerate(samples.rels):
+            groups.setdefault(rel.image_id, []).append(i)
+        self.groups = list(groups.values())
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __getitem__(self, i: int) -> list[dict]:
+        return [self.samples[j] for j in self.groups[i]]
+
+
+def _as_list(batch: list) -> list:
+    return list(batch)
+
+
 class VisualGenomeDataModule(SplitDataModule):
     """Predicate detection on Visual Genome's files (or generated scenes in the same layout).
 
@@ -73,14 +96,17 @@ class VisualGenomeDataModule(SplitDataModule):
         seed: split seed (default 0).
         num_images: generated scenes when ``root`` is ``None`` (default 800).
         num_workers: DataLoader workers (default 0).
+        images_per_batch: images per evaluation batch (default 8).
 
-    Batches are dicts: ``crop`` ``[B, 3, S, S]``, ``spatial`` ``[B, 7]``, ``subject``, ``object``,
-    ``predicate``, ``image_id``, ``zero_shot`` (test triplets never seen in training) ``[B]``.
+    Training batches are dicts: ``crop`` ``[B, 3, S, S]``, ``spatial`` ``[B, 7]``, ``subject``,
+    ``object``, ``predicate``, ``image_id``, ``zero_shot`` (test triplets never seen in training)
+    ``[B]``. Validation and test batches are lists of ``images_per_batch`` images, each the list
+    of its samples (:class:`ImageGroups`), for per-image Recall@K.
     """
 
     def __init__(self, root: str | None = None, num_objects: int = 150, num_predicates: int = 50, crop_size: int = 32,
                  batch_size: int = 64, val_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0,
-                 num_images: int = 800, num_workers: int = 0) -> None:
+                 num_images: int = 800, num_workers: int = 0, images_per_batch: int = 8) -> None:
         super().__init__()
         if not 0 < val_fraction + test_fraction < 1:
             raise ValueError(f"val_fraction + test_fraction must lie in (0, 1), got {val_fraction} + {test_fraction}.")
@@ -136,3 +162,13 @@ class VisualGenomeDataModule(SplitDataModule):
     @property
     def num_predicate_classes(self) -> int:
         return len(self.predicate_names)
+
+    def _images(self, split: str) -> DataLoader:
+        return DataLoader(ImageGroups(self.splits[split]), batch_size=self.hparams.images_per_batch,
+                          collate_fn=_as_list, num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._images("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._images("test")
