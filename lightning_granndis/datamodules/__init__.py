@@ -5,5 +5,6 @@ from lightning_granndis.datamodules.images import ImageDataModule
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.datamodules.text import TextDataModule
 from lightning_granndis.datamodules.visual_genome import VisualGenomeDataModule
+from lightning_granndis.datamodules.vrd import VRDDataModule
 
-__all__ = ["DigitsDataModule", "ImageDataModule", "OGBNodeDataModule", "TextDataModule", "VisualGenomeDataModule"]
+__all__ = ["DigitsDataModule", "ImageDataModule", "OGBNodeDataModule", "TextDataModule", "VRDDataModule", "VisualGenomeDataModule"]

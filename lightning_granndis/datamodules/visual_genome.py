@@ -17,10 +17,12 @@ from lightning_granndis.vrd.visual_genome import Relationship, read_relationship
 
 class RelationshipDataset(Dataset):
     """Predicate-detection samples: the union-box crop (loaded lazily), the spatial vector, the
-    subject/object classes and the predicate."""
+    subject/object classes and the predicate. ``images``: a folder of ``<image_id>.jpg`` (Visual
+    Genome) or ``{image_id: path}`` (VRD's file names)."""
 
     def __init__(self, rels: list[Relationship], sizes: dict[int, tuple[int, int]], objects: dict[str, int],
-                 predicates: dict[str, int], images: Path, crop_size: int, zero_shot: set | None = None) -> None:
+                 predicates: dict[str, int], images: Path | dict[int, Path], crop_size: int,
+                 zero_shot: set | None = None) -> None:
         self.rels, self.sizes, self.objects, self.predicates = rels, sizes, objects, predicates
         self.images, self.crop_size = images, crop_size
         self.zero_shot = zero_shot or set()
@@ -32,9 +34,9 @@ class RelationshipDataset(Dataset):
         from PIL import Image
         import torchvision.transforms.functional as TF
 
-        path = self.images / f"{rel.image_id}.jpg"
+        path = self.images[rel.image_id] if isinstance(self.images, dict) else self.images / f"{rel.image_id}.jpg"
         if not path.exists():
-            raise FileNotFoundError(f"{path}: image {rel.image_id} of a relationship is missing from {self.images}.")
+            raise FileNotFoundError(f"{path}: image {rel.image_id} of a relationship is missing from {path.parent}.")
         with Image.open(path) as image:
             image = image.convert("RGB")
             s, o = rel.subject_box, rel.object_box
@@ -79,7 +81,33 @@ def _as_list(batch: list) -> list:
     return list(batch)
 
 
-class VisualGenomeDataModule(SplitDataModule):
+class RelationshipDataModule(SplitDataModule):
+    """What relationship DataModules share: ``object_names`` / ``predicate_names`` (class order),
+    per-relationship training batches and per-image evaluation batches (:class:`ImageGroups`)."""
+
+    object_names: list[str]
+    predicate_names: list[str]
+
+    @property
+    def num_object_classes(self) -> int:
+        return len(self.object_names)
+
+    @property
+    def num_predicate_classes(self) -> int:
+        return len(self.predicate_names)
+
+    def _images(self, split: str) -> DataLoader:
+        return DataLoader(ImageGroups(self.splits[split]), batch_size=self.hparams.images_per_batch,
+                          collate_fn=_as_list, num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._images("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._images("test")
+
+
+class VisualGenomeDataModule(RelationshipDataModule):
     """Predicate detection on Visual Genome's files (or generated scenes in the same layout).
 
     Args:
@@ -154,21 +182,3 @@ class VisualGenomeDataModule(SplitDataModule):
         unseen = {(r.subject, r.predicate, r.object) for r in rels} - seen
         self.splits = {k: RelationshipDataset(v, sizes, objects, predicates, self.root / "images", hp.crop_size,
                                               zero_shot=unseen) for k, v in parts.items()}
-
-    @property
-    def num_object_classes(self) -> int:
-        return len(self.object_names)
-
-    @property
-    def num_predicate_classes(self) -> int:
-        return len(self.predicate_names)
-
-    def _images(self, split: str) -> DataLoader:
-        return DataLoader(ImageGroups(self.splits[split]), batch_size=self.hparams.images_per_batch,
-                          collate_fn=_as_list, num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._images("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._images("test")

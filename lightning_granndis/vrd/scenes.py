@@ -11,6 +11,7 @@ plain canvas. Relationships follow from geometry and class, in this order of pre
 :func:`write_scenes` writes ``images/<id>.jpg``, ``image_data.json``, ``objects.json``,
 ``relationships.json`` and the two alias files, with names in mixed case and synonyms (``disc``
 for circle, ``to the left of`` for left of), so loading exercises lower-casing and alias merging.
+:func:`write_vrd_scenes` writes the same kind of scenes in the VRD dataset's layout.
 """
 
 from __future__ import annotations
@@ -90,15 +91,13 @@ def _spelled(name: str, aliases: dict[str, list[str]], rnd: random.Random) -> st
     return spelled.title() if rnd.random() < 0.3 else spelled
 
 
-def write_scenes(root: str | Path, num_images: int = 600, size: int = 64, seed: int = 0) -> Path:
-    """Writes ``num_images`` scenes under ``root`` in Visual Genome's layout; returns ``root``."""
+def generate(num_images: int, size: int = 64, seed: int = 0):
+    """Yields ``(image_id, PIL image, objects, [(subject, predicate, object), ...])`` per scene,
+    ``image_id`` from 1, every object with a unique ``object_id``."""
     from PIL import Image, ImageDraw
 
-    root = Path(root)
-    (root / "images").mkdir(parents=True, exist_ok=True)
     rnd = random.Random(seed)
-    image_data, objects_json, relationships_json = [], [], []
-    next_object, next_rel = 1, 1
+    next_object = 1
     for image_id in range(1, num_images + 1):
         objs = _scene(rnd, size)
         canvas = Image.new("RGB", (size, size), (245, 245, 240))
@@ -106,6 +105,18 @@ def write_scenes(root: str | Path, num_images: int = 600, size: int = 64, seed: 
         for obj in objs:
             obj["object_id"], next_object = next_object, next_object + 1
             _draw(draw, obj, rnd.choice(COLOURS))
+        triplets = [(s, predicate_of(s, o), o) for s in objs for o in objs if s is not o and rnd.random() >= 0.3]
+        yield image_id, canvas, objs, triplets
+
+
+def write_scenes(root: str | Path, num_images: int = 600, size: int = 64, seed: int = 0) -> Path:
+    """Writes ``num_images`` scenes under ``root`` in Visual Genome's layout; returns ``root``."""
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(seed + 1)  # spellings
+    image_data, objects_json, relationships_json = [], [], []
+    next_rel = 1
+    for image_id, canvas, objs, triplets in generate(num_images, size, seed):
         canvas.save(root / "images" / f"{image_id}.jpg", quality=95)
         image_data.append({"image_id": image_id, "width": size, "height": size,
                            "url": f"https://example.invalid/{image_id}.jpg"})
@@ -116,19 +127,42 @@ def write_scenes(root: str | Path, num_images: int = 600, size: int = 64, seed: 
 
         objects_json.append({"image_id": image_id, "objects": [entry(o) for o in objs]})
         rels = []
-        for s in objs:
-            for o in objs:
-                if s is o or rnd.random() < 0.3:
-                    continue
-                rels.append({"relationship_id": next_rel,
-                             "predicate": _spelled(predicate_of(s, o), PREDICATE_ALIASES, rnd).upper()
-                             if rnd.random() < 0.1 else _spelled(predicate_of(s, o), PREDICATE_ALIASES, rnd),
-                             "subject": entry(s), "object": entry(o)})
-                next_rel += 1
+        for s, predicate, o in triplets:
+            spelled = _spelled(predicate, PREDICATE_ALIASES, rnd)
+            rels.append({"relationship_id": next_rel, "predicate": spelled.upper() if rnd.random() < 0.1 else spelled,
+                         "subject": entry(s), "object": entry(o)})
+            next_rel += 1
         relationships_json.append({"image_id": image_id, "relationships": rels})
     (root / "image_data.json").write_text(json.dumps(image_data))
     (root / "objects.json").write_text(json.dumps(objects_json))
     (root / "relationships.json").write_text(json.dumps(relationships_json))
     (root / "object_alias.txt").write_text("".join(f"{','.join([k, *v])}\n" for k, v in OBJECT_ALIASES.items()))
     (root / "relationship_alias.txt").write_text("".join(f"{','.join([k, *v])}\n" for k, v in PREDICATE_ALIASES.items()))
+    return root
+
+
+def write_vrd_scenes(root: str | Path, num_images: int = 400, size: int = 64, seed: int = 0,
+                     test_fraction: float = 0.25) -> Path:
+    """The same kind of scenes in the VRD dataset's layout (``annotations_{train,test}.json`` with
+    ``[ymin, ymax, xmin, xmax]`` boxes and class indices, ``objects.json``, ``predicates.json``,
+    ``sg_{train,test}_images/``); the last ``test_fraction`` of the images form the test split."""
+    root = Path(root)
+    for folder in ("sg_train_images", "sg_test_images"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    annotations = {"train": {}, "test": {}}
+    first_test = num_images - int(test_fraction * num_images) + 1
+    for image_id, canvas, objs, triplets in generate(num_images, size, seed):
+        split = "test" if image_id >= first_test else "train"
+        name = f"{image_id:06d}.jpg"
+        canvas.save(root / f"sg_{split}_images" / name, quality=95)
+
+        def part(o):
+            return {"category": CLASSES.index(o["name"]), "bbox": [o["y"], o["y"] + o["h"], o["x"], o["x"] + o["w"]]}
+
+        annotations[split][name] = [{"predicate": PREDICATES.index(p), "subject": part(s), "object": part(o)}
+                                    for s, p, o in triplets]
+    for split, data in annotations.items():
+        (root / f"annotations_{split}.json").write_text(json.dumps(data))
+    (root / "objects.json").write_text(json.dumps(list(CLASSES)))
+    (root / "predicates.json").write_text(json.dumps(list(PREDICATES)))
     return root
