@@ -48,7 +48,8 @@ def breakdown_rows(merged: CommLedger, ranks: int) -> list[list[object]]:
     return rows
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
+    """Lays out ``fig``, writes it to ``path`` (creating the folder) and closes it."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -85,7 +86,7 @@ def plot_breakdown(merged: CommLedger, ranks: int, path: str | Path, title: str)
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, fontsize=8)
     fig.suptitle("\n".join(textwrap.wrap(title, 120)), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 #: The GraNNDis paper's four time categories (§8.2).
@@ -136,4 +137,4 @@ def plot_time_breakdown(epochs: Sequence[dict[str, float]], path: str | Path, ti
     ax.set_ylabel("seconds per rank")
     ax.legend(fontsize=8)
     ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -21,6 +21,8 @@ EXPECTED = {
     **{f"pipe_bd_{v}": ("PipeBDStrategy", f"mode: {m}", "ImageBlockwiseDistillation", "ImageDataModule",
                         "teacher_weights: runs/pipe_bd_teacher/teacher.pt")
        for v, m in (("tr", "tr"), ("auto", "tr"), ("dna", "dna"), ("ls", "ls"))},
+    **{f"vrd_{v}": ("VisualRelationshipModel", f"variant: {t}", "VisualGenomeDataModule", "RelationshipPredictionsPlot")
+       for v, t in (("l", "L"), ("ls", "LS"), ("v", "V"), ("sv", "SV"), ("svw", "SVW"), ("ls_svw", "LS+SVW"))},
 }
 
 

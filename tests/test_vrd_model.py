@@ -67,3 +67,41 @@ def test_a_short_run_on_the_default_scenes_beats_chance_clearly(tmp_path, monkey
     chance = 1 / dm.num_predicate_classes  # one guess per pair: R@50 with k=1 is top-1 accuracy here
     assert result["test_R@50_k1"] > 2.5 * chance
     assert result["test_R@50_kall"] >= result["test_R@50_k1"]
+
+
+def test_predictions_are_drawn_after_testing(tmp_path, monkeypatch):
+    from lightning_granndis.callbacks import RelationshipPredictionsPlot
+
+    monkeypatch.chdir(tmp_path)
+    dm = VisualGenomeDataModule(num_images=40, batch_size=16)
+    dm.setup()
+    model = VisualRelationshipModel(dm.num_object_classes, dm.num_predicate_classes, variant="LS")
+    plot = RelationshipPredictionsPlot(images=4, path=str(tmp_path / "rel.png"))
+    pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, callbacks=[plot]).test(model, dm, verbose=False)
+    assert plot.written == tmp_path / "rel.png" and plot.written.stat().st_size > 10_000
+
+
+def test_a_model_built_for_other_vocabularies_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dm = VisualGenomeDataModule(num_images=20)
+    model = VisualRelationshipModel(num_objects=100, num_predicates=70, variant="L")
+    with pytest.raises(ValueError, match="built for 100 object classes but the data has 6"):
+        pl.Trainer(accelerator="cpu", logger=False, max_epochs=1).fit(model, dm)
+
+
+def test_recipe_trains_under_ddp_and_the_test_run_draws_predictions(tmp_path):
+    import json
+
+    from helpers import REPO, run
+
+    granndis = str(REPO / ".venv" / "bin" / "granndis")
+    quick = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+             "--data.init_args.num_images=80", "--model.init_args.width_mult=0.25"]
+    recipe = str(REPO / "recipes" / "vrd_ls_svw.yaml")
+    run([granndis, "fit", "--config", recipe, *quick], cwd=tmp_path, timeout=600)
+    summary = json.loads((tmp_path / "runs" / "vrd_ls_svw" / "summary.json").read_text())
+    assert summary["metrics"]["val_R@50_k1"] > 0 and summary["steps"] > 0
+    ckpt = next((tmp_path / "runs" / "vrd_ls_svw").rglob("*.ckpt"))
+    proc = run([granndis, "test", "--config", recipe, *quick, f"--ckpt_path={ckpt}"], cwd=tmp_path, timeout=600)
+    assert "test_R@50_k1" in proc.stdout and "predictions drawn:" in proc.stdout
+    assert next((tmp_path / "runs" / "vrd_ls_svw").rglob("relationships.png")).stat().st_size > 10_000

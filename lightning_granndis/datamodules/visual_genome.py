@@ -30,11 +30,14 @@ class RelationshipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.rels)
 
+    def image_path(self, rel: Relationship) -> Path:
+        return self.images[rel.image_id] if isinstance(self.images, dict) else self.images / f"{rel.image_id}.jpg"
+
     def crop(self, rel: Relationship) -> torch.Tensor:
         from PIL import Image
         import torchvision.transforms.functional as TF
 
-        path = self.images[rel.image_id] if isinstance(self.images, dict) else self.images / f"{rel.image_id}.jpg"
+        path = self.image_path(rel)
         if not path.exists():
             raise FileNotFoundError(f"{path}: image {rel.image_id} of a relationship is missing from {path.parent}.")
         with Image.open(path) as image:
@@ -55,6 +58,7 @@ class RelationshipDataset(Dataset):
             "predicate": self.predicates[rel.predicate], "image_id": rel.image_id,
             "subject_box": sub[0], "object_box": obj[0],
             "zero_shot": (rel.subject, rel.predicate, rel.object) in self.zero_shot,
+            "image_path": str(self.image_path(rel)),
         }
 
 
@@ -63,12 +67,15 @@ class ImageGroups(Dataset):
     of image ``i``'s samples (Recall@K ranks each image's pairs together, so an image never
     straddles ranks or batches)."""
 
-    def __init__(self, samples: RelationshipDataset) -> None:
+    def __init__(self, samples: RelationshipDataset, multiple_of: int = 1) -> None:
         self.samples = samples
         groups: dict[int, list[int]] = {}
         for i, rel in enumerate(samples.rels):
             groups.setdefault(rel.image_id, []).append(i)
         self.groups = list(groups.values())
+        # Empty images up to a multiple of the world size: a DistributedSampler then pads nothing,
+        # so no image is counted twice by Recall@K (and every rank runs as many batches).
+        self.groups += [[] for _ in range(-len(self.groups) % multiple_of)]
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -97,8 +104,11 @@ class RelationshipDataModule(SplitDataModule):
         return len(self.predicate_names)
 
     def _images(self, split: str) -> DataLoader:
-        return DataLoader(ImageGroups(self.splits[split]), batch_size=self.hparams.images_per_batch,
-                          collate_fn=_as_list, num_workers=self.hparams.num_workers)
+        from lightning_granndis import comm
+
+        groups = ImageGroups(self.splits[split], multiple_of=comm.get_world_size() if comm.is_initialized() else 1)
+        return DataLoader(groups, batch_size=self.hparams.images_per_batch, collate_fn=_as_list,
+                          num_workers=self.hparams.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._images("val")

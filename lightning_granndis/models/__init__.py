@@ -5,5 +5,6 @@ from lightning_granndis.models.gpt import GPT
 from lightning_granndis.models.image_classifier import ImageClassifier
 from lightning_granndis.models.image_distillation import ImageBlockwiseDistillation
 from lightning_granndis.models.mlp import MLPClassifier
+from lightning_granndis.models.vrd import VisualRelationshipModel
 
-__all__ = ["GPT", "GNNNodeClassifier", "ImageBlockwiseDistillation", "ImageClassifier", "MLPClassifier"]
+__all__ = ["GPT", "GNNNodeClassifier", "ImageBlockwiseDistillation", "ImageClassifier", "MLPClassifier", "VisualRelationshipModel"]

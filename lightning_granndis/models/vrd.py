@@ -103,6 +103,17 @@ class VisualRelationshipModel(pl.LightningModule):
         self.recall_all = nn.ModuleDict({s: PredicateDetectionRecall((50, 100), top_predicates=None)
                                          for s in ("val", "test")})
 
+    def setup(self, stage: str) -> None:
+        # Lightning sets the DataModule up first: its vocabularies must fit the model's outputs.
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        for kind, want in (("object", self.hparams.num_objects), ("predicate", self.hparams.num_predicates)):
+            names = getattr(dm, f"{kind}_names", None)
+            if names and len(names) != want:
+                raise ValueError(
+                    f"the model was built for {want} {kind} classes but the data has {len(names)}: set the "
+                    f"model's num_{kind}s to {len(names)} (the DataModule's num_{kind}_classes)."
+                )
+
     def forward(self, batch: dict) -> torch.Tensor:
         """Predicate logits ``[B, predicates]``."""
         v = self.hparams.variant
@@ -127,6 +138,8 @@ class VisualRelationshipModel(pl.LightningModule):
 
     def _evaluate(self, images: list[list[dict]], split: str) -> None:
         for samples in images:
+            if not samples:  # padding (see ImageGroups)
+                continue
             batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]).to(self.device)
                      for k in ("crop", "spatial", "subject", "object", "predicate")}
             scores = F.softmax(self(batch), -1)
@@ -145,7 +158,7 @@ class VisualRelationshipModel(pl.LightningModule):
     def _epoch_end(self, split: str) -> None:
         for name, metric in (("k1", self.recall_k1[split]), ("kall", self.recall_all[split])):
             for key, value in metric.compute().items():
-                self.log(f"{split}_{key}_{name}", float(value))
+                self.log(f"{split}_{key}_{name}", float(value), sync_dist=True)  # equal on every rank already
             metric.reset()
 
     def validation_step(self, images, batch_idx: int) -> None:
