@@ -68,9 +68,11 @@ class PredicateDetectionRecall(Metric):
         if len(gt_pairs) == 0 or scores.shape[0] == 0:
             return
         p = scores.shape[1]
+        # one ranking per image: each K keeps a prefix of it (the sort is stable)
+        pair, pred = _top_candidates(scores, self.top_predicates, max(self.ks))
+        ranked = (pair * p + pred).tolist()
         for i, k in enumerate(self.ks):
-            pair, pred = _top_candidates(scores, self.top_predicates, k)
-            kept = set((pair * p + pred).tolist())
+            kept = set(ranked[:k])
             hit = torch.tensor([int(v) in kept for v in (gt_pairs * p + gt_predicates)], dtype=torch.bool)
             self.hits[i] += float(hit.sum())
             self.zs_hits[i] += float((hit & zs).sum())
@@ -119,10 +121,10 @@ class RelationshipDetectionRecall(Metric):
         for key in ("subject_scores", "object_scores"):
             if key in det:
                 scores = scores * det[key].float().unsqueeze(1)
-        for i, k in enumerate(self.ks):
-            pair, pred = _top_candidates(scores, self.top_predicates, k)
+        pairs, preds = _top_candidates(scores, self.top_predicates, max(self.ks))
+        for i, k in enumerate(self.ks):  # each K keeps a prefix of the one ranking
             matched = torch.zeros(n_gt, dtype=torch.bool)
-            for d, p in zip(pair.tolist(), pred.tolist()):
+            for d, p in zip(pairs[:k].tolist(), preds[:k].tolist()):
                 same = ((gt["predicates"] == p) & (gt["subject_labels"] == det["subject_labels"][d])
                         & (gt["object_labels"] == det["object_labels"][d]) & ~matched)
                 if not same.any():
