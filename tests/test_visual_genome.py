@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 import torch
 
 from lightning_granndis.datamodules import VisualGenomeDataModule
-from lightning_granndis.vrd.scenes import PREDICATES, predicate_of, write_scenes
+from lightning_granndis.vrd.scenes import CLASSES, PREDICATES, SCENES_VERSION, predicate_of, write_scenes
 from lightning_granndis.vrd.visual_genome import load_aliases, read_relationships
 
 
@@ -18,33 +19,37 @@ def scenes(tmp_path_factory):
 
 
 def test_predicates_follow_from_geometry_and_class():
-    frame = {"name": "frame", "x": 10, "y": 10, "w": 30, "h": 30}
-    dot = {"name": "circle", "x": 15, "y": 15, "w": 6, "h": 6}
-    bar = {"name": "bar", "x": 0, "y": 50, "w": 40, "h": 5}
-    cup = {"name": "square", "x": 5, "y": 42, "w": 8, "h": 8}
+    frame = {"shape": "frame", "x": 10, "y": 10, "w": 30, "h": 30}
+    dot = {"shape": "circle", "x": 15, "y": 15, "w": 6, "h": 6}
+    bar = {"shape": "bar", "x": 0, "y": 50, "w": 40, "h": 5}
+    cup = {"shape": "square", "x": 5, "y": 42, "w": 8, "h": 8}
     assert predicate_of(dot, frame) == "inside" and predicate_of(cup, bar) == "on"
     assert predicate_of(frame, dot) == "bigger than"
-    far = {"name": "square", "x": 50, "y": 12, "w": 8, "h": 8}
+    far = {"shape": "square", "x": 50, "y": 12, "w": 8, "h": 8}
     assert predicate_of(dot, far) == "left of" and predicate_of(far, dot) == "right of"
-    low = {"name": "square", "x": 14, "y": 50, "w": 7, "h": 7}
+    low = {"shape": "square", "x": 14, "y": 50, "w": 7, "h": 7}
     assert predicate_of(dot, low) == "above" and predicate_of(low, dot) == "below"
 
 
 def test_names_are_lowercased_and_aliases_merged(scenes):
     raw = json.loads((scenes / "relationships.json").read_text())
     spelled = {r["subject"]["names"][0] for im in raw for r in im["relationships"]}
-    assert "disc" in {n.lower() for n in spelled} and any(n != n.lower() for n in spelled)  # the file varies
+    assert any(n.lower().endswith(" disc") for n in spelled) and any(n != n.lower() for n in spelled)  # it varies
     sizes, rels = read_relationships(scenes)
-    assert len(sizes) == 120 and sizes[1] == (64, 64)
+    assert len(sizes) == 120 and sizes[1] == (96, 96)
     assert {r.predicate for r in rels} <= set(PREDICATES)           # "to the left of", "ON TOP OF" merged
-    assert {r.subject for r in rels} <= {"circle", "square", "triangle", "bar", "frame", "cross"}
-    assert load_aliases(scenes / "object_alias.txt")["disc"] == "circle"
+    assert {r.subject for r in rels} <= set(CLASSES)                # "Red Disc" is "red circle"
+    assert load_aliases(scenes / "object_alias.txt")["red disc"] == "red circle"
 
 
 def test_datamodule_builds_vocabularies_a_deterministic_split_and_union_crops(scenes):
     dm = VisualGenomeDataModule(root=str(scenes), num_objects=150, num_predicates=50, crop_size=24, batch_size=8)
     dm.setup()
-    assert dm.num_predicate_classes == len(PREDICATES) and dm.num_object_classes == 6
+    assert dm.num_predicate_classes == len(PREDICATES)
+    _, rels = read_relationships(scenes)
+    counts = Counter(n for r in rels for n in (r.subject, r.object))
+    assert set(dm.object_names) == set(counts) <= set(CLASSES)  # every name, most frequent first
+    assert [counts[n] for n in dm.object_names] == sorted(counts.values(), reverse=True)
     again = VisualGenomeDataModule(root=str(scenes))
     again.setup()
     images = {k: {r.image_id for r in v.rels} for k, v in dm.splits.items()}
@@ -60,6 +65,7 @@ def test_datamodule_builds_vocabularies_a_deterministic_split_and_union_crops(sc
     test = dm.splits["test"]
     flags = [test[i]["zero_shot"] for i in range(len(test))]
     assert flags == [(r.subject, r.predicate, r.object) not in train for r in test.rels]
+    assert 0.1 < sum(flags) / len(flags) < 0.9  # the long tails leave a real zero-shot subset (63 % of 120 scenes)
 
 
 def test_smaller_vocabularies_drop_rare_names_instead_of_shifting_labels(scenes):
@@ -108,6 +114,9 @@ def test_default_scenes_are_generated_once_in_the_same_layout(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     dm = VisualGenomeDataModule(num_images=40)
     dm.setup()
-    assert (tmp_path / "data" / "vg_scenes" / "relationships.json").exists()
+    assert (tmp_path / "data" / "vg_scenes" / f"v{SCENES_VERSION}-n40-seed0" / "relationships.json").exists()
+    other = VisualGenomeDataModule(num_images=60)  # another setting never reads the cached 40 scenes
+    other.setup()
+    assert len({r.image_id for s in other.splits.values() for r in s.rels}) > 40
     assert sum(len(s) for s in dm.splits.values()) > 40
     assert isinstance(dm.splits["train"][0]["crop"], torch.Tensor)

@@ -31,7 +31,7 @@ def test_vrd_files_become_relationships_with_vrds_own_vocabulary(vrd_root):
                                                          CLASSES[raw["object"]["category"]])
     sample = dm.splits["test"][0]
     assert sample["crop"].shape == (3, 16, 16) and sample["predicate"] == raw["predicate"]
-    assert sample["spatial"][0] == pytest.approx((xmax - xmin) * (ymax - ymin) / 64 / 64)
+    assert sample["spatial"][0] == pytest.approx((xmax - xmin) * (ymax - ymin) / 96 / 96)  # area / image area
     train_images = {r.image_id for r in dm.splits["train"].rels}
     assert not train_images & {r.image_id for r in dm.splits["val"].rels}
     images = next(iter(dm.test_dataloader()))

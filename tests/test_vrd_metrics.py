@@ -98,3 +98,41 @@ def test_detector_confidences_reorder_the_kept_triplets():
     m = RelationshipDetectionRecall(ks=(1,))
     m.update(dict(det, subject_scores=torch.tensor([1.0, 0.1])), gt)  # 0.5 x 1.0 beats 0.9 x 0.1
     assert float(m.compute()["R@1"]) == 1.0
+
+
+def test_recall_over_two_ranks_equals_one_process(tmp_path):
+    """Real 2-process gloo runs: the metrics fed disjoint images, and the model validated under
+    Lightning DDP (images padded to the world size), give one process's Recall@K exactly."""
+    import json
+
+    import lightning.pytorch as pl
+    from helpers import read_ranks, torchrun
+    from vrd_recall_cases import random_images, update_all
+
+    from lightning_granndis.datamodules import VisualGenomeDataModule
+    from lightning_granndis.models.vrd import VisualRelationshipModel
+    from lightning_granndis.vrd.scenes import write_scenes
+
+    root = write_scenes(tmp_path / "scenes", num_images=70, seed=2)  # 7 validation images: one rank pads
+    dm = VisualGenomeDataModule(root=str(root), images_per_batch=2)
+    dm.setup()
+    pl.seed_everything(0)
+    model = VisualRelationshipModel(dm.num_object_classes, dm.num_predicate_classes, variant="LS+SVW", width_mult=0.25)
+    torch.save(model.state_dict(), tmp_path / "weights.pt")
+    (tmp_path / "config.json").write_text(json.dumps({"num_objects": dm.num_object_classes,
+                                                      "num_predicates": dm.num_predicate_classes}))
+    one = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False).validate(model, dm, verbose=False)[0]
+    def flat(metrics):
+        return {f"{name}/{k}": float(v) for name, m in metrics.items() for k, v in m.compute().items()}
+
+    whole, half = flat(update_all(random_images(12))), flat(update_all(random_images(12), 0, 2))
+    assert half != whole  # one rank's share alone gives other numbers: the sum over ranks is what is tested
+
+    torchrun("vrd_recall.py", 2, str(tmp_path), str(root), timeout=600)
+    ranks = read_ranks(tmp_path, 2)
+    for r in ranks:
+        assert r["computed"] == pytest.approx(whole, abs=1e-12)
+        recalls = {k: v for k, v in r["logged"].items() if "R@" in k}
+        assert len(recalls) >= 4 and recalls == pytest.approx({k: one[k] for k in recalls}, abs=1e-6)
+        assert set(recalls) == {k for k in one if "R@" in k}

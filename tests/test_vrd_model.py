@@ -57,7 +57,7 @@ def test_word_vectors_come_from_a_text_file(tmp_path):
 def test_a_short_run_on_the_default_scenes_beats_chance_clearly(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     pl.seed_everything(0)
-    dm = VisualGenomeDataModule(num_images=400, batch_size=32)
+    dm = VisualGenomeDataModule(num_images=200, batch_size=32)
     dm.setup()
     model = VisualRelationshipModel(dm.num_object_classes, dm.num_predicate_classes, variant="LS", lr=3e-3)
     trainer = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
@@ -84,9 +84,27 @@ def test_predictions_are_drawn_after_testing(tmp_path, monkeypatch):
 def test_a_model_built_for_other_vocabularies_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     dm = VisualGenomeDataModule(num_images=20)
+    dm.setup()
     model = VisualRelationshipModel(num_objects=100, num_predicates=70, variant="L")
-    with pytest.raises(ValueError, match="built for 100 object classes but the data has 6"):
+    with pytest.raises(ValueError, match=f"built for 100 object classes but the data has {dm.num_object_classes}"):
         pl.Trainer(accelerator="cpu", logger=False, max_epochs=1).fit(model, dm)
+    with pytest.raises(ValueError, match="give both num_objects and num_predicates, or neither"):
+        VisualRelationshipModel(num_objects=5)
+
+
+def test_a_model_without_sizes_takes_the_datas_and_its_checkpoint_rebuilds_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dm = VisualGenomeDataModule(num_images=30, batch_size=16)
+    model = VisualRelationshipModel(variant="LS+SVW", width_mult=0.25)
+    assert model.words is None
+    trainer = pl.Trainer(accelerator="cpu", logger=False, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer.fit(model, dm)
+    assert model.words.num_embeddings == dm.num_object_classes and model.language.out_features == len(dm.predicate_names)
+    trainer.save_checkpoint(tmp_path / "vrd.ckpt")
+    again = VisualRelationshipModel.load_from_checkpoint(tmp_path / "vrd.ckpt", weights_only=True).eval()
+    batch = _batch(objects=dm.num_object_classes)
+    assert torch.equal(again(batch), model.eval()(batch))
 
 
 def test_recipe_trains_under_ddp_and_the_test_run_draws_predictions(tmp_path):

@@ -124,7 +124,7 @@ class VisualGenomeDataModule(RelationshipDataModule):
         root: a folder with ``image_data.json``, ``objects.json``, ``relationships.json``,
             ``images/<image_id>.jpg`` and optionally the alias files. ``None`` (default): generated
             scenes (:func:`~lightning_granndis.vrd.scenes.write_scenes`) written once to
-            ``data/vg_scenes``.
+            ``data/vg_scenes/v<version>-n<num_images>-seed<seed>``.
         num_objects, num_predicates: vocabulary sizes (default 150 / 50, Visual Genome's usual;
             100 / 70 is VRD's).
         crop_size: side of the union-box crop (default 32).
@@ -155,14 +155,19 @@ class VisualGenomeDataModule(RelationshipDataModule):
 
     @property
     def root(self) -> Path:
-        return Path(self.hparams.root) if self.hparams.root else Path("data") / "vg_scenes"
+        if self.hparams.root:
+            return Path(self.hparams.root)
+        from lightning_granndis.vrd.scenes import SCENES_VERSION
+
+        # one folder per generator version and setting: a cached copy is never another setting's
+        return Path("data") / "vg_scenes" / f"v{SCENES_VERSION}-n{self.hparams.num_images}-seed{self.hparams.seed}"
 
     def prepare_data(self) -> None:
         if self.hparams.root is None and not (self.root / "relationships.json").exists():
             from lightning_granndis.vrd.scenes import write_scenes
 
             self.root.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=self.root.parent, prefix=".vg_scenes."))
+            tmp = Path(tempfile.mkdtemp(dir=self.root.parent, prefix=f".{self.root.name}."))
             write_scenes(tmp, self.hparams.num_images, seed=self.hparams.seed)
             try:
                 tmp.rename(self.root)  # atomic: a reader sees all of it or nothing

@@ -54,13 +54,15 @@ class VisualRelationshipModel(pl.LightningModule):
     """Predicate classification for given subject/object boxes and classes.
 
     Args:
-        num_objects: object classes (the DataModule's ``num_object_classes``).
-        num_predicates: predicate classes.
+        num_objects, num_predicates: object and predicate classes. Default ``None``: the
+            DataModule's ``object_names`` / ``predicate_names`` decide at ``setup`` (the layers are
+            built then, and the sizes saved with the hyperparameters so checkpoints rebuild them).
         variant: one of ``L, LS, V, SV, SVW, LS+SVW`` (default ``LS+SVW``).
         word_dim: word embedding size (default 64; 300 for word2vec files).
-        word_vectors: a word2vec/GloVe text file to initialise the embeddings from (needs
-            ``object_names``); default: learned from scratch.
-        object_names: the object vocabulary, in class order (for ``word_vectors``).
+        word_vectors: a word2vec/GloVe text file to initialise the embeddings from; default:
+            learned from scratch.
+        object_names: the object vocabulary, in class order, for ``word_vectors`` (default: the
+            DataModule's, when the sizes come from it).
         backbone: torchvision ``mobilenet_v2`` (default) or ``resnet18``, random init, adapted to
             small crops; ``backbone_weights``: a state_dict file for it.
         width_mult: the backbone's width (default 0.5).
@@ -72,46 +74,64 @@ class VisualRelationshipModel(pl.LightningModule):
     ``zs_`` (zero-shot) variants.
     """
 
-    def __init__(self, num_objects: int, num_predicates: int, variant: str = "LS+SVW", word_dim: int = 64,
-                 word_vectors: str | None = None, object_names: list[str] | None = None,
+    def __init__(self, num_objects: int | None = None, num_predicates: int | None = None, variant: str = "LS+SVW",
+                 word_dim: int = 64, word_vectors: str | None = None, object_names: list[str] | None = None,
                  backbone: str = "mobilenet_v2", backbone_weights: str | None = None, width_mult: float = 0.5,
                  lr: float = 1e-3, weight_decay: float = 5e-3) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
+        if (num_objects is None) != (num_predicates is None):
+            raise ValueError("give both num_objects and num_predicates, or neither (then the DataModule's are used).")
         self.save_hyperparameters()
+        self.recall_k1 = nn.ModuleDict({s: PredicateDetectionRecall((50, 100), top_predicates=1) for s in ("val", "test")})
+        self.recall_all = nn.ModuleDict({s: PredicateDetectionRecall((50, 100), top_predicates=None)
+                                         for s in ("val", "test")})
+        self.words = None
+        if num_objects is not None:
+            self._build(num_objects, num_predicates, object_names)
+
+    def _build(self, num_objects: int, num_predicates: int, object_names: list[str] | None) -> None:
+        hp = self.hparams
+        variant, word_dim = hp.variant, hp.word_dim
         self.words = nn.Embedding(num_objects, word_dim)
-        if word_vectors is not None:
+        if hp.word_vectors is not None:
             if not object_names or len(object_names) != num_objects:
                 raise ValueError("word_vectors need object_names: the object vocabulary in class order.")
-            self.words.weight.data.copy_(load_word_vectors(word_vectors, object_names, word_dim))
-        uses_words = variant in ("L", "LS", "SVW", "LS+SVW")
+            self.words.weight.data.copy_(load_word_vectors(hp.word_vectors, object_names, word_dim))
         self.language = None
         if variant in ("L", "LS", "LS+SVW"):
             self.language = nn.Linear((7 if variant != "L" else 0) + 2 * word_dim, num_predicates)
         self.cnn = None
         self.visual = None
         if variant in ("V", "SV", "SVW", "LS+SVW"):
-            self.cnn = small_image_net(backbone, num_predicates, 3, width_mult if backbone == "mobilenet_v2" else 1.0)
-            if backbone_weights is not None:
-                self.cnn.load_state_dict(torch.load(backbone_weights, map_location="cpu", weights_only=True))
+            width = hp.width_mult if hp.backbone == "mobilenet_v2" else 1.0
+            self.cnn = small_image_net(hp.backbone, num_predicates, 3, width)
+            if hp.backbone_weights is not None:
+                self.cnn.load_state_dict(torch.load(hp.backbone_weights, map_location="cpu", weights_only=True))
             if variant != "V":
                 extra = 7 + (2 * word_dim if variant in ("SVW", "LS+SVW") else 0)
                 self.visual = nn.Linear(extra + num_predicates, num_predicates)
-        self.uses_words = uses_words
-        self.recall_k1 = nn.ModuleDict({s: PredicateDetectionRecall((50, 100), top_predicates=1) for s in ("val", "test")})
-        self.recall_all = nn.ModuleDict({s: PredicateDetectionRecall((50, 100), top_predicates=None)
-                                         for s in ("val", "test")})
 
     def setup(self, stage: str) -> None:
-        # Lightning sets the DataModule up first: its vocabularies must fit the model's outputs.
+        # Lightning sets the DataModule up first. A model built without sizes takes the data's
+        # vocabularies (and records them, so its checkpoints rebuild it); one built with sizes must
+        # fit them.
         dm = self.trainer.datamodule if self._trainer is not None else None
+        names = {kind: getattr(dm, f"{kind}_names", None) for kind in ("object", "predicate")}
+        if self.words is None:
+            if not names["object"] or not names["predicate"]:
+                raise ValueError("num_objects/num_predicates were not given and the DataModule has no object_names/"
+                                 "predicate_names to take them from: pass them to the model.")
+            self.hparams.num_objects, self.hparams.num_predicates = len(names["object"]), len(names["predicate"])
+            self._build(len(names["object"]), len(names["predicate"]), self.hparams.object_names or names["object"])
+            return
         for kind, want in (("object", self.hparams.num_objects), ("predicate", self.hparams.num_predicates)):
-            names = getattr(dm, f"{kind}_names", None)
-            if names and len(names) != want:
+            if names[kind] and len(names[kind]) != want:
                 raise ValueError(
-                    f"the model was built for {want} {kind} classes but the data has {len(names)}: set the "
-                    f"model's num_{kind}s to {len(names)} (the DataModule's num_{kind}_classes)."
+                    f"the model was built for {want} {kind} classes but the data has {len(names[kind])}: set the "
+                    f"model's num_{kind}s to {len(names[kind])} (the DataModule's num_{kind}_classes), or leave "
+                    f"num_objects/num_predicates unset to take the data's."
                 )
 
     def forward(self, batch: dict) -> torch.Tensor:
@@ -146,9 +166,12 @@ class VisualRelationshipModel(pl.LightningModule):
             # a pair is a (subject box, object box, classes); several predicates may share it
             keys = [(tuple(s["subject_box"].tolist()), tuple(s["object_box"].tolist()), int(s["subject"]), int(s["object"]))
                     for s in samples]
-            first = {}
-            gt_pairs = torch.tensor([first.setdefault(key, len(first)) for key in keys])
-            pair_rows = torch.tensor([keys.index(key) for key in first])  # each pair's first row
+            first_row: dict[tuple, int] = {}  # pair -> its first row, in order of appearance
+            for row, key in enumerate(keys):
+                first_row.setdefault(key, row)
+            pair_of = {key: i for i, key in enumerate(first_row)}
+            gt_pairs = torch.tensor([pair_of[key] for key in keys])
+            pair_rows = torch.tensor(list(first_row.values()))
             zs = torch.tensor([bool(s["zero_shot"]) for s in samples])
             for metric in (self.recall_k1[split], self.recall_all[split]):
                 metric.update(scores[pair_rows], gt_pairs, batch["predicate"], zs)
