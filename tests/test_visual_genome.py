@@ -10,7 +10,7 @@ import torch
 
 from lightning_granndis.datamodules import VisualGenomeDataModule
 from lightning_granndis.vrd.scenes import CLASSES, PREDICATES, SCENES_VERSION, predicate_of, write_scenes
-from lightning_granndis.vrd.visual_genome import load_aliases, read_relationships
+from lightning_granndis.vrd.visual_genome import load_aliases, read_objects, read_relationships
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,7 @@ def test_datamodule_builds_vocabularies_a_deterministic_split_and_union_crops(sc
     dm = VisualGenomeDataModule(root=str(scenes), num_objects=150, num_predicates=50, crop_size=24, batch_size=8)
     dm.setup()
     assert dm.num_predicate_classes == len(PREDICATES)
-    _, rels = read_relationships(scenes)
-    counts = Counter(n for r in rels for n in (r.subject, r.object))
+    counts = Counter(name for name, _ in read_objects(scenes).values())  # over objects.json
     assert set(dm.object_names) == set(counts) <= set(CLASSES)  # every name, most frequent first
     assert [counts[n] for n in dm.object_names] == sorted(counts.values(), reverse=True)
     again = VisualGenomeDataModule(root=str(scenes))
@@ -76,6 +75,24 @@ def test_smaller_vocabularies_drop_rare_names_instead_of_shifting_labels(scenes)
     assert all(r.subject in dm.object_names and r.object in dm.object_names for r in kept)
 
 
+def test_relationship_parts_without_their_own_box_are_resolved_through_objects_json(tmp_path, scenes):
+    import shutil
+
+    slim = tmp_path / "slim"
+    shutil.copytree(scenes, slim)
+    data = json.loads((slim / "relationships.json").read_text())
+    for image in data:  # keep only the object_id, as some Visual Genome releases do
+        for rel in image["relationships"]:
+            rel["subject"] = {"object_id": rel["subject"]["object_id"]}
+            rel["object"] = {"object_id": rel["object"]["object_id"]}
+    (slim / "relationships.json").write_text(json.dumps(data))
+    assert read_relationships(slim) == read_relationships(scenes)
+    data[1]["relationships"][0]["object"] = {"object_id": 987654}
+    (slim / "relationships.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"image 2, relationship \d+ object: .*object_id 987654 is not in objects.json"):
+        read_relationships(slim)
+
+
 def test_malformed_input_names_the_file_and_entry(tmp_path, scenes):
     import shutil
 
@@ -102,6 +119,16 @@ def test_malformed_input_names_the_file_and_entry(tmp_path, scenes):
     with pytest.raises(ValueError, match=r"object_alias.txt:2"):
         read_relationships(bad)
     (bad / "object_alias.txt").unlink()
+    objects_text = (bad / "objects.json").read_text()
+    objects = json.loads(objects_text)
+    del objects[2]["objects"][1]["h"]
+    (bad / "objects.json").write_text(json.dumps(objects))
+    with pytest.raises(ValueError, match=rf"objects.json: image 3, object {objects[2]['objects'][1]['object_id']}: needs"):
+        read_objects(bad)
+    (bad / "objects.json").write_text(json.dumps([[]]))
+    with pytest.raises(ValueError, match=r"objects.json: entry 0 must be an object with 'image_id' and 'objects'"):
+        read_objects(bad)
+    (bad / "objects.json").write_text(objects_text)
     (bad / "images" / "1.jpg").unlink()
     dm = VisualGenomeDataModule(root=str(bad), test_fraction=0.2)
     dm.setup()

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_granndis.datamodules.splits import SplitDataModule
 
 from lightning_granndis.vrd.spatial import spatial_vector
-from lightning_granndis.vrd.visual_genome import Relationship, read_relationships, vocabulary
+from lightning_granndis.vrd.visual_genome import Relationship, read_objects, read_relationships, vocabulary
 
 
 class RelationshipDataset(Dataset):
@@ -180,8 +180,10 @@ class VisualGenomeDataModule(RelationshipDataModule):
         if self.hparams.root is None:
             self.prepare_data()
         hp = self.hparams
-        sizes, rels = read_relationships(self.root)
-        self.object_names = vocabulary([n for r in rels for n in (r.subject, r.object)], hp.num_objects)
+        annotated = read_objects(self.root)
+        sizes, rels = read_relationships(self.root, annotated)
+        # object classes by frequency over every annotated object, as VG-150-style preparations do
+        self.object_names = vocabulary([name for name, _ in annotated.values()], hp.num_objects)
         self.predicate_names = vocabulary([r.predicate for r in rels], hp.num_predicates)
         objects = {n: i for i, n in enumerate(self.object_names)}
         predicates = {n: i for i, n in enumerate(self.predicate_names)}

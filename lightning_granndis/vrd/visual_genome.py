@@ -3,7 +3,10 @@
 
 Names are lower-cased and stripped, and aliases merged (an alias file line is
 ``canonical,synonym,synonym...``). Vocabularies keep the ``num_objects`` / ``num_predicates``
-most frequent names (ties by name). A relationship whose subject, object or predicate falls
+most frequent names (ties by name): object names counted over ``objects.json`` (every annotated
+object, as the usual VG-150 preparation does), predicates over ``relationships.json``. A
+relationship's subject or object without its own name and box is resolved through its
+``object_id`` in ``objects.json``. A relationship whose subject, object or predicate falls
 outside them is left out; an entry that cannot be read raises an error naming the file and the
 entry, so a bad entry never shifts labels silently.
 """
@@ -70,9 +73,48 @@ def _box(entry: dict, where: str) -> tuple[float, float, float, float]:
     return (x, y, x + w, y + h)
 
 
-def read_relationships(root: str | Path) -> tuple[dict[int, tuple[int, int]], list[Relationship]]:
+def _normaliser(alias: dict[str, str]):
+    def norm(name: str) -> str:
+        name = " ".join(name.strip().lower().split())
+        return alias.get(name, name)
+
+    return norm
+
+
+def read_objects(root: str | Path) -> dict[int, tuple[str, tuple[float, float, float, float]]]:
+    """``{object_id: (name, box)}`` over ``objects.json``, names normalised and aliases merged."""
+    root = Path(root)
+    norm = _normaliser(load_aliases(root / "object_alias.txt"))
+    path = root / "objects.json"
+    objects = {}
+    for i, image in enumerate(load_json(path)):
+        if not isinstance(image, dict):
+            raise ValueError(f"{path}: entry {i} must be an object with 'image_id' and 'objects'.")
+        for j, obj in enumerate(image.get("objects", [])):
+            where = f"{path}: image {image.get('image_id')}, object {obj.get('object_id', obj.get('id', j))}"
+            key = obj.get("object_id", obj.get("id"))
+            if key is None:
+                raise ValueError(f"{where}: needs an 'object_id'.")
+            objects[int(key)] = (norm(_name(obj, where)), _box(obj, where))
+    return objects
+
+
+def _part(entry: dict, objects: dict, norm, where: str) -> tuple[str, tuple[float, float, float, float]]:
+    """A relationship's subject or object: its own name and box (a partial box is an error), else
+    its ``object_id``'s."""
+    if any(k in entry for k in ("x", "y", "w", "h")):
+        return norm(_name(entry, where)), _box(entry, where)
+    key = entry.get("object_id", entry.get("id"))
+    if key is not None and int(key) in objects:
+        return objects[int(key)]
+    raise ValueError(f"{where}: has no name and box of its own, and its object_id {key!r} is not in objects.json "
+                     "(needs 'names' and numeric x, y, w, h, or a known object_id).")
+
+
+def read_relationships(root: str | Path, objects: dict | None = None) -> tuple[dict[int, tuple[int, int]], list[Relationship]]:
     """Image sizes ``{image_id: (width, height)}`` and every relationship, names normalised and
-    aliases merged (not yet filtered by vocabulary)."""
+    aliases merged (not yet filtered by vocabulary). ``objects``: :func:`read_objects`' result,
+    read when needed and not given."""
     root = Path(root)
     sizes = {}
     for i, image in enumerate(load_json(root / "image_data.json")):
@@ -80,13 +122,8 @@ def read_relationships(root: str | Path) -> tuple[dict[int, tuple[int, int]], li
             sizes[int(image.get("image_id", image.get("id")))] = (int(image["width"]), int(image["height"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{root / 'image_data.json'}: entry {i} needs image_id, width, height ({err!r}).") from err
-    object_alias = load_aliases(root / "object_alias.txt")
-    predicate_alias = load_aliases(root / "relationship_alias.txt")
-
-    def norm(name: str, alias: dict[str, str]) -> str:
-        name = " ".join(name.strip().lower().split())
-        return alias.get(name, name)
-
+    norm_object = _normaliser(load_aliases(root / "object_alias.txt"))
+    norm_predicate = _normaliser(load_aliases(root / "relationship_alias.txt"))
     rels = []
     path = root / "relationships.json"
     for i, image in enumerate(load_json(path)):
@@ -99,10 +136,12 @@ def read_relationships(root: str | Path) -> tuple[dict[int, tuple[int, int]], li
                 raise ValueError(f"{where}: needs a non-empty 'predicate'.")
             if not isinstance(rel.get("subject"), dict) or not isinstance(rel.get("object"), dict):
                 raise ValueError(f"{where}: needs 'subject' and 'object' entries.")
-            rels.append(Relationship(
-                int(image_id), norm(_name(rel["subject"], where + " subject"), object_alias),
-                norm(rel["predicate"], predicate_alias), norm(_name(rel["object"], where + " object"), object_alias),
-                _box(rel["subject"], where + " subject"), _box(rel["object"], where + " object")))
+            if objects is None and not all(any(k in rel[p] for k in ("x", "y", "w", "h")) for p in ("subject", "object")):
+                objects = read_objects(root)
+            subject, subject_box = _part(rel["subject"], objects or {}, norm_object, where + " subject")
+            obj, object_box = _part(rel["object"], objects or {}, norm_object, where + " object")
+            rels.append(Relationship(int(image_id), subject, norm_predicate(rel["predicate"]), obj, subject_box,
+                                     object_box))
     return sizes, rels
 
 
