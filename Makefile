@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/gnn.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/pipe_bd.py --epochs 10
+	$(BIN)/python benchmarks/vrd.py --epochs 10
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb
