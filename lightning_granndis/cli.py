@@ -90,7 +90,8 @@ def run(args: list[str] | None = None) -> GranndisCLI:
 
 def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     """Markdown table of ``fit`` summaries side by side; speed-ups against ``baseline`` (default:
-    the last run). Epoch times average the epochs after the first (set-up and warm-up)."""
+    the last run). Epoch times average the epochs after the first (set-up and warm-up); runs with
+    no per-epoch breakdown (no ``CommMonitor``) show their wall clock per epoch instead."""
     from lightning_granndis.report import TIME_CATEGORIES, markdown_table, training_bytes
 
     def epoch_avg(record: dict) -> dict[str, float]:
@@ -101,19 +102,31 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     def link_bytes(record: dict, link: str) -> float:
         return training_bytes(record["ledger"], link) / max(1, record["epochs"])
 
-    # classifiers report accuracy, distillation the assembled student's, language models loss
-    metric = next((m for m in ("val_acc", "val_student_acc") if any(m in r["metrics"] for r in runs.values())),
-                  "val_loss")
+    # classifiers report accuracy, distillation the assembled student's, relationship models
+    # Recall@50 (k=1, k=all, zero-shot), language models loss
+    found = [m for m in ("val_R@50_k1", "val_acc", "val_student_acc") if any(m in r["metrics"] for r in runs.values())]
+    metrics = ["val_loss"] if not found else (["val_R@50_k1", "val_R@50_kall", "val_zs_R@50_k1"]
+                                             if found[0] == "val_R@50_k1" else found[:1])
     baseline = baseline or list(runs)[-1]
+    if not any(r["epoch_breakdown"] for r in runs.values()):
+        # no CommMonitor (e.g. plain DDP recipes): only the wall clock per epoch, set-up included
+        def wall(record: dict) -> float:
+            return record["wall_s"] / max(1, record["epochs"])
+
+        rows = [[name, record["mode"] or "-", wall(record), *(record["metrics"].get(m, float("nan")) for m in metrics),
+                 f"{wall(runs[baseline]) / max(wall(record), 1e-12):.2f}x"] for name, record in runs.items()]
+        headers = ("run", "mode", "wall s/epoch", *(m.replace("_", " ") for m in metrics), f"speed-up vs {baseline}")
+        return markdown_table(headers, rows)
     base = epoch_avg(runs[baseline])["total"]
     rows = []
     for name, record in runs.items():
         avg = epoch_avg(record)
         rows.append([name, record["mode"] or "-", avg["total"], *(avg[k] for k in TIME_CATEGORIES),
                      link_bytes(record, "inter") / 1e6, link_bytes(record, "intra") / 1e6,
-                     record["metrics"].get(metric, float("nan")), f"{base / max(avg['total'], 1e-12):.2f}x"])
+                     *(record["metrics"].get(m, float("nan")) for m in metrics),
+                     f"{base / max(avg['total'], 1e-12):.2f}x"])
     headers = ("run", "mode", "epoch s", "compute s", "intra comm s", "inter comm s", "grad sync s",
-               "inter MB/epoch", "intra MB/epoch", metric.replace("_", " "), f"speed-up vs {baseline}")
+               "inter MB/epoch", "intra MB/epoch", *(m.replace("_", " ") for m in metrics), f"speed-up vs {baseline}")
     return markdown_table(headers, rows)
 
 

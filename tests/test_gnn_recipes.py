@@ -54,6 +54,18 @@ def test_compare_table_averages_epochs_after_the_first():
     assert "| 1 " in fb_row.replace("1.00x", "")  # 3 MB over 3 epochs = 1 MB/epoch
 
 
+def test_compare_table_without_a_breakdown_shows_wall_time_and_recall():
+    def vrd(wall_s, r50):
+        return {"mode": None, "epochs": 2, "wall_s": wall_s, "epoch_breakdown": [], "ledger": {},
+                "metrics": {"val_acc": 0.3, "val_R@50_k1": r50, "val_R@50_kall": 0.9, "val_zs_R@50_k1": 0.2}}
+
+    table = compare_table({"vrd_ls": vrd(10.0, 0.75), "vrd_ls_svw": vrd(40.0, 0.77)})
+    assert "wall s/epoch" in table.splitlines()[0] and "val R@50 k1" in table and "val zs R@50 k1" in table
+    assert "comm" not in table  # nothing was booked: no zero columns pretending otherwise
+    ls_row = next(line for line in table.splitlines() if line.startswith("| vrd_ls "))
+    assert "| 5 " in ls_row and "4.00x" in ls_row and "0.75" in ls_row  # 10 s / 2 epochs; 20 s vs 5 s
+
+
 def test_compare_runs_granndis_beside_fb_base(tmp_path):
     overrides = ["--trainer.max_epochs=2", "--trainer.devices=2", "--trainer.logger=false",
                  "--trainer.enable_progress_bar=false", "--data.init_args.name=synthetic-tiny",
