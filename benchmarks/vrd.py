@@ -88,7 +88,7 @@ def main() -> None:
         dm.setup()
         split = {k: len(v) for k, v in dm.splits.items()}
         test = dm.splits["test"]
-        split["test_zero_shot"] = sum((r.subject, r.predicate, r.object) in test.zero_shot for r in test.rels)
+        split["test_zero_shot"] = sum(r.triplet in test.zero_shot for r in test.rels)
         split["objects"], split["predicates"] = dm.num_object_classes, dm.num_predicate_classes
         print("relationships:", split, flush=True)
         rows = {v: run(v, root, args) for v in VARIANTS}

@@ -108,25 +108,26 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     metrics = ["val_loss"] if not found else (["val_R@50_k1", "val_R@50_kall", "val_zs_R@50_k1"]
                                              if found[0] == "val_R@50_k1" else found[:1])
     baseline = baseline or list(runs)[-1]
-    if not any(r["epoch_breakdown"] for r in runs.values()):
-        # no CommMonitor (e.g. plain DDP recipes): only the wall clock per epoch, set-up included
-        def wall(record: dict) -> float:
-            return record["wall_s"] / max(1, record["epochs"])
+    # without a CommMonitor (e.g. plain DDP recipes) there is no breakdown: only the wall clock
+    # per epoch, set-up included, and no communication columns
+    breakdown = any(r["epoch_breakdown"] for r in runs.values())
 
-        rows = [[name, record["mode"] or "-", wall(record), *(record["metrics"].get(m, float("nan")) for m in metrics),
-                 f"{wall(runs[baseline]) / max(wall(record), 1e-12):.2f}x"] for name, record in runs.items()]
-        headers = ("run", "mode", "wall s/epoch", *(m.replace("_", " ") for m in metrics), f"speed-up vs {baseline}")
-        return markdown_table(headers, rows)
-    base = epoch_avg(runs[baseline])["total"]
-    rows = []
-    for name, record in runs.items():
+    def seconds(record: dict) -> float:
+        return epoch_avg(record)["total"] if breakdown else record["wall_s"] / max(1, record["epochs"])
+
+    def comm_columns(record: dict) -> list[float]:
+        if not breakdown:
+            return []
         avg = epoch_avg(record)
-        rows.append([name, record["mode"] or "-", avg["total"], *(avg[k] for k in TIME_CATEGORIES),
-                     link_bytes(record, "inter") / 1e6, link_bytes(record, "intra") / 1e6,
-                     *(record["metrics"].get(m, float("nan")) for m in metrics),
-                     f"{base / max(avg['total'], 1e-12):.2f}x"])
-    headers = ("run", "mode", "epoch s", "compute s", "intra comm s", "inter comm s", "grad sync s",
-               "inter MB/epoch", "intra MB/epoch", *(m.replace("_", " ") for m in metrics), f"speed-up vs {baseline}")
+        return [*(avg[k] for k in TIME_CATEGORIES), link_bytes(record, "inter") / 1e6, link_bytes(record, "intra") / 1e6]
+
+    base = seconds(runs[baseline])
+    rows = [[name, record["mode"] or "-", seconds(record), *comm_columns(record),
+             *(record["metrics"].get(m, float("nan")) for m in metrics), f"{base / max(seconds(record), 1e-12):.2f}x"]
+            for name, record in runs.items()]
+    comm_headers = ("compute s", "intra comm s", "inter comm s", "grad sync s", "inter MB/epoch", "intra MB/epoch")
+    headers = ("run", "mode", "epoch s" if breakdown else "wall s/epoch", *(comm_headers if breakdown else ()),
+               *(m.replace("_", " ") for m in metrics), f"speed-up vs {baseline}")
     return markdown_table(headers, rows)
 
 

@@ -57,7 +57,7 @@ class RelationshipDataset(Dataset):
             "subject": self.objects[rel.subject], "object": self.objects[rel.object],
             "predicate": self.predicates[rel.predicate], "image_id": rel.image_id,
             "subject_box": sub[0], "object_box": obj[0],
-            "zero_shot": (rel.subject, rel.predicate, rel.object) in self.zero_shot,
+            "zero_shot": rel.triplet in self.zero_shot,
             "image_path": str(self.image_path(rel)),
         }
 
@@ -102,6 +102,15 @@ class RelationshipDataModule(SplitDataModule):
     @property
     def num_predicate_classes(self) -> int:
         return len(self.predicate_names)
+
+    def _datasets(self, parts: dict[str, list[Relationship]], sizes: dict[int, tuple[int, int]],
+                  images: Path | dict[int, Path], zero_shot: set) -> dict[str, RelationshipDataset]:
+        """One :class:`RelationshipDataset` per split, labelled by ``object_names`` /
+        ``predicate_names``."""
+        objects = {n: i for i, n in enumerate(self.object_names)}
+        predicates = {n: i for i, n in enumerate(self.predicate_names)}
+        return {k: RelationshipDataset(v, sizes, objects, predicates, images, self.hparams.crop_size, zero_shot)
+                for k, v in parts.items()}
 
     def _images(self, split: str) -> DataLoader:
         from lightning_granndis import comm
@@ -185,8 +194,7 @@ class VisualGenomeDataModule(RelationshipDataModule):
         # object classes by frequency over every annotated object, as VG-150-style preparations do
         self.object_names = vocabulary([name for name, _ in annotated.values()], hp.num_objects)
         self.predicate_names = vocabulary([r.predicate for r in rels], hp.num_predicates)
-        objects = {n: i for i, n in enumerate(self.object_names)}
-        predicates = {n: i for i, n in enumerate(self.predicate_names)}
+        objects, predicates = set(self.object_names), set(self.predicate_names)
         rels = [r for r in rels if r.subject in objects and r.object in objects and r.predicate in predicates]
         ids = sorted(sizes)
         order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(hp.seed)).tolist()
@@ -195,7 +203,5 @@ class VisualGenomeDataModule(RelationshipDataModule):
         for rank, idx in enumerate(order):
             split_of[ids[idx]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
         parts = {k: [r for r in rels if split_of[r.image_id] == k] for k in ("train", "val", "test")}
-        seen = {(r.subject, r.predicate, r.object) for r in parts["train"]}
-        unseen = {(r.subject, r.predicate, r.object) for r in rels} - seen
-        self.splits = {k: RelationshipDataset(v, sizes, objects, predicates, self.root / "images", hp.crop_size,
-                                              zero_shot=unseen) for k, v in parts.items()}
+        unseen = {r.triplet for r in rels} - {r.triplet for r in parts["train"]}
+        self.splits = self._datasets(parts, sizes, self.root / "images", unseen)

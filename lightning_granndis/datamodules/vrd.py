@@ -54,9 +54,5 @@ class VRDDataModule(RelationshipDataModule):
         val_ids = {train_ids[i] for i in order[:int(hp.val_fraction * len(train_ids))]}
         parts = {"train": [r for r in train if r.image_id not in val_ids],
                  "val": [r for r in train if r.image_id in val_ids], "test": test}
-        seen = {(r.subject, r.predicate, r.object) for r in parts["train"]}
-        unseen = {(r.subject, r.predicate, r.object) for r in test} - seen
-        objects = {n: i for i, n in enumerate(self.object_names)}
-        predicates = {n: i for i, n in enumerate(self.predicate_names)}
-        self.splits = {k: RelationshipDataset(v, sizes, objects, predicates, paths, hp.crop_size, zero_shot=unseen)
-                       for k, v in parts.items()}
+        unseen = {r.triplet for r in test} - {r.triplet for r in parts["train"]}
+        self.splits = self._datasets(parts, sizes, paths, unseen)

@@ -26,6 +26,7 @@ from torch import nn
 
 from lightning_granndis.models.small_vision import small_image_net
 from lightning_granndis.vrd.metrics import PredicateDetectionRecall
+from lightning_granndis.vrd.samples import stack_samples
 
 VARIANTS = ("L", "LS", "V", "SV", "SVW", "LS+SVW")
 
@@ -160,8 +161,7 @@ class VisualRelationshipModel(pl.LightningModule):
         for samples in images:
             if not samples:  # padding (see ImageGroups)
                 continue
-            batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]).to(self.device)
-                     for k in ("crop", "spatial", "subject", "object", "predicate")}
+            batch = stack_samples(samples, self.device)
             scores = F.softmax(self(batch), -1)
             # a pair is a (subject box, object box, classes); several predicates may share it
             keys = [(tuple(s["subject_box"].tolist()), tuple(s["object_box"].tolist()), int(s["subject"]), int(s["object"]))

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from lightning_granndis.report import save_figure
+from lightning_granndis.vrd.samples import stack_samples
 
 
 @torch.no_grad()
@@ -29,9 +30,7 @@ def draw_predictions(model, images: list[list[dict]], object_names: list[str], p
     for ax in axes.flat:
         ax.axis("off")
     for ax, samples in zip(axes.flat, images):
-        batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]).to(model.device)
-                 for k in ("crop", "spatial", "subject", "object", "predicate")}
-        probs = torch.softmax(model(batch), -1).cpu()
+        probs = torch.softmax(model(stack_samples(samples, model.device)), -1).cpu()
         best, pred = probs.max(-1)
         picture = samples[0].get("image_path")
         if picture:

@@ -30,6 +30,11 @@ class Relationship:
     subject_box: tuple[float, float, float, float]
     object_box: tuple[float, float, float, float]
 
+    @property
+    def triplet(self) -> tuple[str, str, str]:
+        """``(subject, predicate, object)``: what zero-shot splits compare."""
+        return (self.subject, self.predicate, self.object)
+
 
 def load_json(path: Path):
     if not path.exists():
