@@ -15,7 +15,8 @@ from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.models.gnn import GNNNodeClassifier
 
 STEPS = 3
-EXACT = ["flx:sage", "flx:gcn", "flx:gat", "fb:sage"]
+#: `_ei`: the same with `sparse_aggregation=False` (edge_index message passing)
+EXACT = ["flx:sage", "flx:gcn", "flx:gat", "fb:sage", "flx_ei:sage", "flx_ei:gcn", "fb_ei:gcn"]
 OTHERS = ["cob:sage", "eas:sage", "mb:sage", "fb_q8:sage", "eas_q4:sage"]
 ACCURACY = ["flx:sage:40", "eas:sage:40"]
 #: EAS may differ from exact FLX by this much test accuracy on the tiny graph after 40 epochs

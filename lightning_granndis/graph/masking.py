@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from lightning_granndis.graph.adjacency import csr_adjacency, supports_sparse_aggregation
 from lightning_granndis.graph.one_hop import OneHopGraph
 
 Exchange = Callable[[torch.Tensor, OneHopGraph], torch.Tensor]
@@ -104,12 +105,15 @@ class OneHopMasking:
         module: the user's model (unmodified).
         exchange: ``exchange(rows, graph)`` → the halo rows received (autograd-aware).
         num_layers: ``L`` for the masks (default: the number of message-passing layers).
-        degree_stats: ``[N, 2]`` whole-graph degree statistics for ``GCNConv`` (see
+        degree_stats: ``[N, 3]`` whole-graph degree statistics for ``GCNConv`` (see
             :func:`degree_stats`); required when the model has one.
+        sparse_aggregation: hand layers that can aggregate a sparse adjacency a ``torch.sparse``
+            CSR ``adj_t`` instead of ``edge_index`` (no ``[E, F]`` message tensor; default ``True``;
+            see :mod:`~lightning_granndis.graph.adjacency`). Others keep ``edge_index``.
     """
 
     def __init__(self, module: nn.Module, exchange: Exchange, num_layers: int | None = None,
-                 degree_stats: torch.Tensor | None = None) -> None:
+                 degree_stats: torch.Tensor | None = None, sparse_aggregation: bool = True) -> None:
         self.layers = message_passing_layers(module)
         self.index = {id(layer): k for k, layer in enumerate(self.layers)}
         self.num_layers = num_layers or len(self.layers)
@@ -117,7 +121,7 @@ class OneHopMasking:
         self.degree_stats = degree_stats
         self.graph: OneHopGraph | None = None
         self._masks: list[torch.Tensor | None] = []
-        self._gcn_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.sparse_aggregation = sparse_aggregation
         self._handles = []
         for layer in self.layers:
             self._handles.append(layer.register_forward_pre_hook(self._before, with_kwargs=True))
@@ -157,40 +161,47 @@ class OneHopMasking:
             args[0] = x
         else:
             kwargs["x"] = x
-        edge_index = graph.layer_edge_index(k, self.num_layers)
+        edge_index, weight = self._layer_edges(layer, args, kwargs, graph, k)
+        if self.sparse_aggregation and supports_sparse_aggregation(layer, x.device) and not _extra_inputs(args, kwargs):
+            key = (k, "gcn" if weight is not None else "plain", x.dtype)
+            cache = graph.__dict__.setdefault("_adjacency", {})
+            if key not in cache:
+                cache[key] = csr_adjacency(edge_index, x.shape[0], weight, x.dtype)
+            edge_index, weight = cache[key], None
         if len(args) > 1:
             args[1] = edge_index
         else:
             kwargs["edge_index"] = edge_index
-        self._gcn_arguments(layer, args, kwargs, graph, k)
+        if weight is not None:
+            args[2:] = []
+            kwargs["edge_weight"] = weight.to(x.dtype)
         return tuple(args), kwargs
 
-    def _gcn_arguments(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph, k: int) -> None:
+    def _layer_edges(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph,
+                     k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layer ``k``'s local edges and, for a normalising ``GCNConv``, their weights from the
+        whole graph's degrees (the layer's own normalisation is switched off for the call)."""
         from torch_geometric.nn import GCNConv
 
+        edge_index = graph.layer_edge_index(k, self.num_layers)
         if not isinstance(layer, GCNConv) or not layer.normalize:
-            return
+            return edge_index, None
         if (len(args) > 2 and args[2] is not None) or kwargs.get("edge_weight") is not None:
             raise ValueError("GCNConv with edge weights is not supported under the GNN strategies.")
         if self.degree_stats is None:
             raise ValueError("GCNConv needs the whole graph's degrees: pass degree_stats to OneHopMasking.")
         fill = 2.0 if layer.improved else 1.0
-        key = (id(graph), k, fill, layer.add_self_loops)
-        if key not in self._gcn_cache:
+        key = (k, fill, layer.add_self_loops)
+        cache = graph.__dict__.setdefault("_gcn_edges", {})
+        if key not in cache:
             degree = gcn_degree(self.degree_stats, fill, layer.add_self_loops)
-            edge_index, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops,
-                                                 graph.layer_edge_index(k, self.num_layers))
-            device = graph.edge_index.device
-            self._gcn_cache[key] = (edge_index.to(device), weight.to(device))
-        edge_index, weight = self._gcn_cache[key]
-        if len(args) > 1:
-            args[1] = edge_index
-        else:
-            kwargs["edge_index"] = edge_index
-        args[2:] = []
-        kwargs["edge_weight"] = weight.to(args[0].dtype if args else kwargs["x"].dtype)
+            gcn_edges, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops, edge_index)
+            cache[key] = (gcn_edges.to(edge_index.device), weight.to(edge_index.device))
         layer.normalize = False  # restored in _after
         layer._granndis_normalize = True
+        kwargs.pop("edge_weight", None)
+        args[2:] = []
+        return cache[key]
 
     def _after(self, layer: nn.Module, args: tuple, kwargs: dict, output):
         graph = self.graph
@@ -203,3 +214,10 @@ class OneHopMasking:
             raise ValueError(f"{type(layer).__name__} returned {type(output).__name__}; under a GNN strategy "
                              "message-passing layers must return one tensor (no attention weights).")
         return output[: graph.n_owned]
+
+
+def _extra_inputs(args: list, kwargs: dict) -> bool:
+    """Whether a conv call carries per-edge inputs besides ``x`` and ``edge_index`` (they index
+    edges in ``edge_index``'s order, which a CSR reorders)."""
+    return any(a is not None for a in args[2:]) or any(v is not None for key, v in kwargs.items()
+                                                       if key not in ("x", "edge_index", "size"))

@@ -72,6 +72,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         batch_size: CoB seeds per device per iteration (default 1024).
         iterations: CoB iterations per epoch (overrides ``batch_size``).
         exact_eval: exact, gathered OGB evaluation (default ``True``).
+        sparse_aggregation: hand convs that support it (``SAGEConv``, ``GCNConv``, ``GraphConv``,
+            ``GINConv``...) a ``torch.sparse`` CSR adjacency, so no ``[E, F]`` message tensor is
+            built (default ``True``); others (``GATConv``) keep ``edge_index``. Same results.
         halo_bits: quantise halo messages to 2, 4 or 8 bits (AdaQP-style; default off).
         memory_budget_mb: per-device memory budget for the mode checks (default: 80% of the GPU,
             or of free RAM shared by the local ranks).
@@ -96,6 +99,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         batch_size: int = 1024,
         iterations: int | None = None,
         exact_eval: bool = True,
+        sparse_aggregation: bool = True,
         halo_bits: int | None = None,
         memory_budget_mb: float | None = None,
         seed: int = 0,
@@ -120,6 +124,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.fanout, self.eas_hops, self.eas_sampling = fanout, eas_hops, eas_sampling
         self.batch_size, self.iterations = batch_size, iterations
         self.exact_eval, self.halo_bits = exact_eval, halo_bits
+        self.sparse_aggregation = sparse_aggregation
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.choice: ModeChoice | None = None
         self.resolved_mode: str | None = None if mode == "auto" else mode
@@ -142,7 +147,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         layers = message_passing_layers(self.lightning_module)
         self.num_layers = self.hops or len(layers)
         self._masking = OneHopMasking(self.lightning_module, self._exchange, num_layers=self.num_layers,
-                                      degree_stats=self._degree_stats)
+                                      degree_stats=self._degree_stats, sparse_aggregation=self.sparse_aggregation)
 
     @override
     def teardown(self) -> None:

@@ -67,7 +67,9 @@ for name in names:
         "eas": lambda: ServerAwareGNNStrategy(mode="eas", **common),
         "auto": lambda: ServerAwareGNNStrategy(mode="auto", **common),
         "eas_q4": lambda: ServerAwareGNNStrategy(mode="eas", halo_bits=4, **common),
+        "flx_ei": lambda: ServerAwareGNNStrategy(mode="flx", sparse_aggregation=False, **common),
         "fb": lambda: FullGraphBaselineStrategy(servers=2, link_model="10gbe"),
+        "fb_ei": lambda: FullGraphBaselineStrategy(servers=2, link_model="10gbe", sparse_aggregation=False),
         "fb_q8": lambda: FullGraphBaselineStrategy(servers=2, link_model="10gbe", halo_bits=8),
         "mb": lambda: MiniBatchBaselineStrategy(servers=2, link_model="10gbe", batch_size=128),
     }[strategy_name]()
