@@ -21,6 +21,8 @@ MEMORY = {
     "synthetic-tiny": "~1 MB",
     "synthetic-small": "~10 MB",
     "synthetic-arxiv": "~130 MB",
+    "synthetic-arxiv4x": "~450 MB",
+    "synthetic-products": "~3 GB (one process cannot train it here: partition it, see `granndis partition`)",
     "ogbn-arxiv": "~130 MB",
     "ogbn-products": "~2 GB",
     "ogbn-papers100M": "~80 GB (features 57 GB, memory-mapped and shared by the ranks of a server)",

@@ -76,6 +76,11 @@ PRESETS: dict[str, SyntheticGraphSpec] = {
     "small": SyntheticGraphSpec(num_nodes=20_000, num_edges=180_000, num_features=64, num_classes=20),
     # about ogbn-arxiv's size: 169,343 vertices, 1,166,243 edges, 128 features, 40 classes
     "arxiv": SyntheticGraphSpec(num_nodes=169_343, num_edges=1_200_000, num_features=128, num_classes=40),
+    # four times ogbn-arxiv's vertices (GraNNDis at scale: FLX's 3-hop closure is the whole graph)
+    "arxiv4x": SyntheticGraphSpec(num_nodes=677_372, num_edges=4_800_000, num_features=128, num_classes=40),
+    # ogbn-products' size: 2,449,029 vertices, 61,859,140 undirected edges, 100 features, 47 classes
+    # (generation and OGB's processing take ~10 min here; both are cached under the data root)
+    "products": SyntheticGraphSpec(num_nodes=2_449_029, num_edges=62_000_000, num_features=100, num_classes=47),
 }
 
 

@@ -37,7 +37,8 @@ def csr_adjacency(edge_index: torch.Tensor, num_nodes: int, weight: torch.Tensor
     crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
     values = (torch.ones(src.numel(), dtype=dtype, device=edge_index.device) if weight is None
               else weight[order].to(dtype))
-    return torch.sparse_csr_tensor(crow, src[order], values, (num_nodes, num_nodes))
+    # built sorted by construction: invariant checks would only cost time
+    return torch.sparse_csr_tensor(crow, src[order], values, (num_nodes, num_nodes), check_invariants=False)
 
 
 def supports_sparse_aggregation(layer: nn.Module, device: torch.device | str) -> bool:

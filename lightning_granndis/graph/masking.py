@@ -77,10 +77,12 @@ def gcn_degree(stats: torch.Tensor, fill_value: float = 1.0, add_self_loops: boo
 
 
 def local_gcn_edges(graph: OneHopGraph, degree: torch.Tensor, fill_value: float = 1.0,
-                    add_self_loops: bool = True, edge_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    add_self_loops: bool = True, edge_index: torch.Tensor | None = None,
+                    by_row: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``graph``'s edges as ``GCNConv`` would see them (one self loop per owned vertex) and their
-    weights :math:`w_{uv} / \\sqrt{d_u d_v}` from whole-graph degrees ``degree`` (by global id).
-    ``edge_index`` overrides the graph's edges (a layer's pruned subset)."""
+    weights :math:`w_{uv} / \\sqrt{d_u d_v}` from whole-graph degrees ``degree`` (by global id, or
+    one per local row with ``by_row``). ``edge_index`` overrides the graph's edges (a layer's pruned
+    subset)."""
     edge_index = (graph.edge_index if edge_index is None else edge_index).cpu()
     weight = torch.ones(edge_index.shape[1], dtype=torch.double)
     if add_self_loops:
@@ -92,7 +94,7 @@ def local_gcn_edges(graph: OneHopGraph, degree: torch.Tensor, fill_value: float 
         edge_index = torch.cat([edge_index[:, ~loop], torch.stack([owned, owned])], 1)
         loop_weight = torch.where(has_loop, 1.0, float(fill_value)).double()
         weight = torch.cat([weight[~loop], loop_weight])
-    d = degree[graph.n_id.cpu()].double()
+    d = (degree if by_row else degree[graph.n_id.cpu()]).double().cpu()
     inv = torch.where(d > 0, d.rsqrt(), torch.zeros_like(d))
     src, dst = edge_index
     return edge_index, weight * inv[src] * inv[dst]
@@ -188,14 +190,17 @@ class OneHopMasking:
             return edge_index, None
         if (len(args) > 2 and args[2] is not None) or kwargs.get("edge_weight") is not None:
             raise ValueError("GCNConv with edge weights is not supported under the GNN strategies.")
-        if self.degree_stats is None:
+        local_stats = graph.meta.get("degree_stats")  # [n_local, 3], one row per local row
+        if self.degree_stats is None and local_stats is None:
             raise ValueError("GCNConv needs the whole graph's degrees: pass degree_stats to OneHopMasking.")
         fill = 2.0 if layer.improved else 1.0
         key = (k, fill, layer.add_self_loops)
         cache = graph.__dict__.setdefault("_gcn_edges", {})
         if key not in cache:
-            degree = gcn_degree(self.degree_stats, fill, layer.add_self_loops)
-            gcn_edges, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops, edge_index)
+            stats = self.degree_stats if local_stats is None else local_stats
+            degree = gcn_degree(stats, fill, layer.add_self_loops)
+            gcn_edges, weight = local_gcn_edges(graph, degree, fill, layer.add_self_loops, edge_index,
+                                                by_row=local_stats is not None)
             cache[key] = (gcn_edges.to(edge_index.device), weight.to(edge_index.device))
         layer.normalize = False  # restored in _after
         layer._granndis_normalize = True

@@ -42,6 +42,8 @@ class PlanConfig:
         batch_size: CoB seeds per device per iteration (co-batch = ``G * batch_size``).
         iterations: CoB iterations per epoch (overrides ``batch_size``).
         seed: random seed.
+        resample: ``"once"`` (the paper: sampled plans drawn at set-up) or ``"epoch"`` (EAS's
+            expansion redrawn every epoch).
     """
 
     mode: str
@@ -55,6 +57,7 @@ class PlanConfig:
     iterations: int | None = None
     seed: int = 0
     cache_dir: str | None = None
+    resample: str = "once"
 
 
 def server_assignment(edge_index: torch.Tensor, num_nodes: int, servers: int, train_mask: torch.Tensor,

@@ -6,8 +6,6 @@ from typing import Any
 
 from typing_extensions import override
 
-from lightning_granndis.graph.one_hop import OneHopGraph
-from lightning_granndis.graph.plan import full_graph_plan
 from lightning_granndis.strategies.granndis import ServerAwareGNNStrategy
 
 
@@ -40,14 +38,6 @@ class FullGraphBaselineStrategy(ServerAwareGNNStrategy):
     @override
     def modes(cls) -> tuple[str, ...]:
         return ("full",)
-
-    @override
-    def _train_plans(self, data) -> list[list[OneHopGraph]]:
-        graphs = full_graph_plan(data.edge_index, data.num_nodes, self.topology.world_size, data.train_mask,
-                                 self.seed, self.cache_dir)
-        for g in graphs:
-            g.meta.update(scope="world", purpose="halo")
-        return [[g] for g in graphs]
 
     @classmethod
     @override

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import torch
 from typing_extensions import override
 
-from lightning_granndis.graph.feature_fetch import fetch_plans
-from lightning_granndis.graph.one_hop import OneHopGraph
-from lightning_granndis.graph.partition import metis_partition
-from lightning_granndis.graph.sampling import CSRGraph
-from lightning_granndis.graph.server_subgraph import sampled_subgraph
+from lightning_granndis.graph.epoch_sampling import minibatch_epoch
+from lightning_granndis.graph.feature_fetch import fetch_request
 from lightning_granndis.strategies.granndis import ServerAwareGNNStrategy
 
 
@@ -24,8 +19,8 @@ class MiniBatchBaselineStrategy(ServerAwareGNNStrategy):
     on its own mini-batches of ``batch_size`` seeds with their sampled ``L``-hop neighbourhoods
     (``fanout`` per hop, default 25). Input features are partitioned across ranks (METIS), so the
     features a mini-batch needs from other ranks are fetched each iteration (booked as
-    ``feature_fetch``). Gradients: plain DDP all-reduce. Mini-batches are sampled once at set-up,
-    like the CoB co-batches they are compared with.
+    ``feature_fetch``). Gradients: plain DDP all-reduce. Mini-batches are drawn afresh every epoch
+    (seeded by epoch) by the same bounded background producer as CoB's co-batches.
 
     Args:
         servers: servers (for the ledger's link classes).
@@ -51,41 +46,28 @@ class MiniBatchBaselineStrategy(ServerAwareGNNStrategy):
         return ("minibatch",)
 
     @override
-    def _train_plans(self, data) -> list[list[OneHopGraph]]:
-        P, L = self.topology.world_size, self.num_layers
-        graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-        owner_of = metis_partition(data.edge_index, data.num_nodes, P, train_mask=data.train_mask, seed=self.seed,
-                                   cache_dir=self.cache_dir).assignment if P > 1 else torch.zeros(data.num_nodes, dtype=torch.long)
-        generator = torch.Generator().manual_seed(self.seed)
-        seeds = data.train_mask.nonzero().flatten()
-        shards = torch.tensor_split(seeds[torch.randperm(seeds.numel(), generator=generator)], P)
-        iterations = max(1, math.ceil(max(s.numel() for s in shards) / self.batch_size))
-        plans: list[list[OneHopGraph]] = [[] for _ in range(P)]
-        for it in range(iterations):
-            subs = [sampled_subgraph(graph, torch.tensor_split(shards[r], iterations)[it], self.fanout, L,
-                                     generator=generator) for r in range(P)]
-            fetches = fetch_plans([s.n_id for s in subs], owner_of)
-            for r, (sub, fetch) in enumerate(zip(subs, fetches)):
-                n = sub.num_nodes
-                plans[r].append(OneHopGraph(
-                    n_owned=n, n_id=sub.n_id, edge_index=sub.edge_index, send_index=torch.empty(0, dtype=torch.long),
-                    send_splits=[0] * P, recv_splits=[0] * P, hop=sub.hop, seed=sub.seed, exact_hops=L,
-                    meta={"scope": "none", "purpose": "halo", "fetch": fetch, "iteration": it},
-                ))
-        return plans
+    def _epoch_parts(self, shard, epoch: int):
+        return minibatch_epoch(shard.source, self.global_rank, self.world_size, self.fanout or 25, self.num_layers,
+                               self.seed, epoch)
 
     @override
     def training_step(self, *args: Any, **kwargs: Any):
         batch = args[0]
-        fetch = self._graphs[int(batch.granndis_key)].meta["fetch"]
-        # rows owned elsewhere are not ours to read: blank them, then fetch them from their owners
+        graph = self._graphs[int(batch.granndis_key)]
+        source = self._shards_source()
+        # rows owned elsewhere are not ours to read (blank in the batch): ask their owners for them
+        request = fetch_request(graph.n_id.cpu(), graph.meta["owner"], self.global_rank, self.world_size)
+        asked = self.comm.exchange_counts(request.splits, "feature_fetch")
+        ids, _ = self.comm.all_to_all(request.ids, request.splits, "feature_fetch", recv_splits=asked)
+        rows = source.x[source.x_row[ids]].to(batch.x.device)
+        received, _ = self.comm.all_to_all(rows, asked, "feature_fetch", recv_splits=request.splits)
         x = batch.x.clone()
-        x[fetch.recv_pos.to(x.device)] = 0
-        rows = self._data.x[fetch.send_ids].to(x.device)
-        received, _ = self.comm.all_to_all(rows, fetch.send_splits, "feature_fetch", recv_splits=fetch.recv_splits)
-        x[fetch.recv_pos.to(x.device)] = received
+        x[request.pos.to(x.device)] = received
         batch.x = x
         return super().training_step(batch, *args[1:], **kwargs)
+
+    def _shards_source(self):
+        return next(iter(self._shards.values())).source
 
     @classmethod
     @override

@@ -19,17 +19,28 @@ from lightning_granndis.graph.cost_model import (
 )
 from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
 from lightning_granndis.graph.one_hop import OneHopGraph
-from lightning_granndis.graph.plan import (
-    PlanConfig,
-    build_plan,
-    full_graph_plan,
-    server_assignment,
-)
+from lightning_granndis.graph.epoch_sampling import cob_epoch, eas_epoch
+from lightning_granndis.graph.plan import PlanConfig, server_assignment
 from lightning_granndis.graph.quantise import quantised_exchange
 from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import expansion_subgraph, preloaded_subgraph
 from lightning_granndis.graph.validation import validate_graph
-from lightning_granndis.strategies.graph_batches import GraphBatches, graph_from_loader, materialise, rank_batch
+from lightning_granndis.graph.store import (
+    GraphPart,
+    GraphStoreError,
+    GraphStoreHandle,
+    RankShard,
+    build_shards,
+    load_rank_shard,
+    store_params,
+)
+from lightning_granndis.strategies.graph_batches import (
+    GraphBatches,
+    SampledBatches,
+    graph_from_loader,
+    materialise,
+    rank_batch,
+)
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 MODES = ("auto", "flx", "cob", "eas")
@@ -100,6 +111,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         iterations: int | None = None,
         exact_eval: bool = True,
         sparse_aggregation: bool = True,
+        resample: str = "once",
+        sampler_depth: int = 2,
+        store_checksum: bool = True,
         halo_bits: int | None = None,
         memory_budget_mb: float | None = None,
         seed: int = 0,
@@ -125,15 +139,22 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.batch_size, self.iterations = batch_size, iterations
         self.exact_eval, self.halo_bits = exact_eval, halo_bits
         self.sparse_aggregation = sparse_aggregation
+        if resample not in ("once", "epoch"):
+            raise ValueError(f"resample must be 'once' or 'epoch', got {resample!r}.")
+        if resample == "epoch" and mode not in ("eas", "auto"):
+            raise ValueError(f"resample='epoch' applies to mode='eas' (CoB and MB_base draw afresh every epoch "
+                             f"anyway), got mode={mode!r}.")
+        self.resample, self.sampler_depth, self.store_checksum = resample, sampler_depth, store_checksum
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.choice: ModeChoice | None = None
         self.resolved_mode: str | None = None if mode == "auto" else mode
         self.last_eval: dict[str, float] = {}
         self._masking: OneHopMasking | None = None
-        self._prepared: dict[str, tuple[int, list]] = {}
+        self._shards: dict[tuple, RankShard] = {}
+        self._parts: dict[int, GraphPart] = {}
         self._graphs: dict[int, OneHopGraph] = {}
-        self._weights: dict[int, float] = {}
-        self._degree_stats: torch.Tensor | None = None
+        self._next_key = 0
+        self._sampled: SampledBatches | None = None
         self._data = None
 
     @classmethod
@@ -147,7 +168,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         layers = message_passing_layers(self.lightning_module)
         self.num_layers = self.hops or len(layers)
         self._masking = OneHopMasking(self.lightning_module, self._exchange, num_layers=self.num_layers,
-                                      degree_stats=self._degree_stats, sparse_aggregation=self.sparse_aggregation)
+                                      sparse_aggregation=self.sparse_aggregation)
 
     @override
     def teardown(self) -> None:
@@ -160,89 +181,121 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     def process_dataloader(self, dataloader: object) -> object:
         trainer = self.lightning_module.trainer
         kind = "train" if trainer.training else "eval"
-        data = graph_from_loader(dataloader)
-        key = id(data)
-        if self._prepared.get(kind, (None,))[0] != key:
-            self._prepared[kind] = (key, self._prepare(kind, data))
-        return GraphBatches(self._prepared[kind][1])
+        shard = self._shard_for(graph_from_loader(dataloader), kind)
+        if kind == "eval":
+            return GraphBatches([rank_batch(shard.eval, self._register(shard.eval))])
+        if shard.source is not None:
+            length = 1 if self.resolved_mode == "eas" else shard.source.iterations
+            self._sampled = SampledBatches(length, lambda epoch: self._epoch_parts(shard, epoch),
+                                           lambda: self.lightning_module.trainer.current_epoch, self._register,
+                                           self._release, depth=self.sampler_depth)
+            return self._sampled
+        return GraphBatches([rank_batch(part, self._register(part)) for part in shard.train])
 
-    def _prepare(self, kind: str, data) -> list:
-        """Builds (on rank 0) and hands out every rank's graphs for ``kind``; returns this rank's
-        batches. A collective: every rank calls it in the same order."""
-        assert self.topology is not None
-        self._data = data
-        if self._degree_stats is None or self._degree_stats.shape[0] != data.num_nodes:
-            validate_graph(data, name="the datamodule's graph")
-            self._degree_stats = degree_stats(data.edge_index, data.num_nodes)
-            self._masking.degree_stats = self._degree_stats
+    def _register(self, part: GraphPart) -> int:
+        key = self._next_key
+        self._next_key += 1
+        if part.graph.n_id.device != self.root_device:
+            part.graph = part.graph.to(self.root_device)
+        part.graph.meta["degree_stats"] = part.degree
+        self._parts[key] = part
+        self._graphs[key] = part.graph
+        return key
+
+    def _release(self, key: int) -> None:
+        self._parts.pop(key, None)
+        self._graphs.pop(key, None)
+
+    def _epoch_parts(self, shard: RankShard, epoch: int):
+        """The epoch's freshly drawn parts of this rank (on the producer thread)."""
+        topo = self.topology
+        if self.resolved_mode == "eas":
+            return eas_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
+                             self.eas_hops, self.fanout or 15, self.eas_sampling == "degree", self.seed, epoch)
+        return cob_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
+                         self.fanout or 25, self.num_layers, self.seed, epoch)
+
+    def _shard_for(self, item, kind: str) -> RankShard:
+        """This rank's shard for the loader's graph (or store): loaded from the store, or built by
+        rank 0 from a graph every rank holds and handed out. A collective in the second case."""
+        store = isinstance(item, GraphStoreHandle)
+        # a training shard also serves evaluation on the same graph
+        own = (id(item), "store" if store else kind)
+        for key in [own] + ([(id(item), "train")] if kind == "eval" else []):
+            if key in self._shards:
+                return self._shards[key]
+        t0 = time.perf_counter()
+        shard = self._load_store(item) if store else self._build_in_memory(item, kind)
+        rank_zero_info(f"granndis: {kind} shards ready in {time.perf_counter() - t0:.1f}s")
+        self._shards = {own: shard}  # one graph at a time
+        self._data = item
+        return shard
+
+    def _store_params(self, mode: str) -> dict:
+        topo = self.topology
+        return store_params(mode, topo.servers, topo.devices_per_server, self.num_layers, self.fanout, self.eas_hops,
+                            self.eas_sampling, self.batch_size, self.iterations, self.seed, self.resample)
+
+    def _load_store(self, handle: GraphStoreHandle) -> RankShard:
+        made = handle.manifest["params"]["mode"]
+        mode = made if self.mode == "auto" and made in ("flx", "eas", "cob") else self.mode
+        try:
+            shard = load_rank_shard(handle.directory, self.global_rank, self.world_size, self._store_params(mode),
+                                    checksum=self.store_checksum)
+            error = None
+        except GraphStoreError as caught:
+            shard, error = None, caught
+        # a bad store is reported on every rank, not only on those whose shard was bad
+        errors = [e for e in comm.gather_objects(None if error is None else str(error)) if e]
+        if errors:
+            raise GraphStoreError(errors[0])
+        self.resolved_mode = mode
+        if mode in ("flx", "eas", "cob") and self.choice is None and self.mode == "auto":
+            rank_zero_info(f"granndis: mode=auto uses the store's mode {mode!r}")
+        return shard
+
+    def _build_in_memory(self, data, kind: str) -> RankShard:
+        validate_graph(data, name="the datamodule's graph")
         objs = None
         if self.global_rank == 0:
             t0 = time.perf_counter()
             try:
-                plans = self._train_plans(data) if kind == "train" else self._eval_plans(data)
-                weights = self._loss_weights(plans, data)
-                objs = [(graphs, weights[r], self.choice) for r, graphs in enumerate(plans)]
+                mode = self._train_mode(data) if kind == "train" else "full"
+                shards = [sh for server in build_shards(data, self._plan_config(mode), progress=True)
+                          for sh in server]
+                objs = [(sh, self.choice, mode) for sh in shards]
             except Exception as error:  # every rank raises it, instead of waiting for a plan forever
                 objs = [error] * self.world_size
             rank_zero_info(f"granndis: {kind} plan for {self.world_size} ranks built in {time.perf_counter() - t0:.1f}s")
         received = comm.scatter_objects(objs)
         if isinstance(received, Exception):
             raise received
-        graphs, weights, choice = received
+        shard, choice, mode = received
         if kind == "train":
-            self.choice = choice
-            if choice is not None:
-                self.resolved_mode = choice.mode
-        batches = []
-        for graph, weight in zip(graphs, weights):
-            graph = graph.to(self.root_device)
-            key = len(self._graphs)
-            self._graphs[key], self._weights[key] = graph, weight
-            batches.append(rank_batch(data, graph, key))
-        return batches
+            self.choice, self.resolved_mode = choice, mode
+        return shard
 
-    # ------------------------------------------------------------------ plans (rank 0)
+    # ------------------------------------------------------------------ plans (rank 0, in-memory graphs)
     def _plan_config(self, mode: str) -> PlanConfig:
         topo = self.topology
         return PlanConfig(mode=mode, servers=topo.servers, devices_per_server=topo.devices_per_server,
                           hops=self.num_layers, fanout=self.fanout, eas_hops=self.eas_hops,
                           weighted=self.eas_sampling == "degree", batch_size=self.batch_size,
-                          iterations=self.iterations, seed=self.seed, cache_dir=self.cache_dir)
+                          iterations=self.iterations, seed=self.seed, cache_dir=self.cache_dir, resample=self.resample)
 
-    def _train_plans(self, data) -> list[list[OneHopGraph]]:
-        topo = self.topology
+    def _train_mode(self, data) -> str:
+        """The mode to train in: ``auto`` chooses from the cost model; ``flx`` is checked to fit."""
+        if self.mode not in ("auto", "flx"):
+            return self.mode
         graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-        server_of = server_assignment(data.edge_index, data.num_nodes, topo.servers, data.train_mask,
+        server_of = server_assignment(data.edge_index, data.num_nodes, self.topology.servers, data.train_mask,
                                       self.seed, self.cache_dir)
-        mode = self.mode
-        if mode == "auto":
-            self.choice = self._choose(data, graph, server_of)
-            mode = self.choice.mode
-            rank_zero_info(f"granndis: mode=auto chose {self.choice.reason}")
-        elif mode == "flx":
+        if self.mode == "flx":
             self._check_preload_fits(data, graph, server_of)
-        plans = build_plan(data, self._plan_config(mode), server_of, graph)
-        for graphs in plans:
-            for g in graphs:
-                g.meta.update(scope=self.halo_scope, purpose="halo")
-        return plans
-
-    def _eval_plans(self, data) -> list[list[OneHopGraph]]:
-        graphs = full_graph_plan(data.edge_index, data.num_nodes, self.topology.world_size, data.train_mask,
-                                 self.seed, self.cache_dir)
-        for g in graphs:
-            g.meta.update(scope="world", purpose="eval")
-        return [[g] for g in graphs]
-
-    def _loss_weights(self, plans: list[list[OneHopGraph]], data) -> list[list[float]]:
-        """Per rank and iteration, ``n_r P / N``: the factor turning the rank's mean loss over its
-        ``n_r`` seeds into its share of the mean over all ``N`` seeds of the iteration (DDP then
-        averages over the ``P`` ranks)."""
-        P = len(plans)
-        counts = torch.tensor([[int((data.train_mask[g.n_id[: g.n_owned]] & g.seed).sum()) for g in graphs]
-                               for graphs in plans], dtype=torch.double)
-        totals = counts.sum(0).clamp_min(1)
-        return (counts * P / totals).tolist()
+            return "flx"
+        self.choice = self._choose(data, graph, server_of)
+        rank_zero_info(f"granndis: mode=auto chose {self.choice.reason}")
+        return self.choice.mode
 
     def _budget(self) -> int:
         if self.memory_budget_mb is not None:
@@ -322,7 +375,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     @override
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
         if getattr(batch, "granndis_key", None) is not None and getattr(batch, "x", None) is None:
-            batch = materialise(batch, self._data)
+            batch = materialise(batch, self._parts[int(batch.granndis_key)])
         return super().batch_to_device(batch, device, dataloader_idx)
 
     def _activate(self, batch) -> None:
@@ -333,7 +386,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         batch = args[0]
         self._activate(batch)
         out = super().training_step(*args, **kwargs)
-        weight = self._weights[int(batch.granndis_key)]
+        weight = self._parts[int(batch.granndis_key)].weight
         if isinstance(out, torch.Tensor):
             return _reweight(out, weight)
         if isinstance(out, dict) and isinstance(out.get("loss"), torch.Tensor):
@@ -348,24 +401,19 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         module = self.lightning_module
         with self.precision_plugin.val_step_context():
             logits = module(batch.x, batch.edge_index)
-        graph = self._graphs[int(batch.granndis_key)]
-        mine = (graph.n_id[: graph.n_owned][graph.seed].cpu(), logits[graph.seed].argmax(-1).cpu())
-        acc = self._gathered_accuracy(comm.gather_objects(mine), split)
+        mask = getattr(batch, f"{split}_mask", None)
+        if mask is None:
+            raise ValueError(f"the graph has no {split}_mask: exact evaluation needs the split's vertices.")
+        mask = mask.to(logits.device)
+        correct = int((logits[mask].argmax(-1) == batch.y.to(logits.device)[mask]).sum())
+        # accuracy counted over each rank's own vertices and summed: what OGB's Evaluator computes
+        # for accuracy, without gathering the whole graph's predictions or labels anywhere
+        counts = torch.tensor(comm.gather_objects((correct, int(mask.sum())))).sum(0)
+        acc = float(counts[0]) / max(1, int(counts[1]))
         self.last_eval[split] = acc
-        # the same gathered value on every rank: the (mean) sync only silences Lightning's warning
+        # the same value on every rank: the (mean) sync only silences Lightning's warning
         module.log(f"{split}_acc", acc, batch_size=1, prog_bar=True, sync_dist=True)
         return None
-
-    def _gathered_accuracy(self, parts, split: str) -> float:
-        datamodule = self.lightning_module.trainer.datamodule
-        data = self._data
-        pred = torch.full((data.num_nodes,), -1, dtype=torch.long)
-        for ids, p in parts:
-            pred[ids] = p
-        if hasattr(datamodule, "evaluate"):
-            return float(datamodule.evaluate(pred, split))
-        mask = getattr(data, f"{split}_mask")
-        return float((pred[mask] == data.y[mask]).float().mean())
 
     @override
     def validation_step(self, *args: Any, **kwargs: Any):

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import torch
 
-from lightning_granndis.graph.one_hop import OneHopGraph
+from lightning_granndis.graph.epoch_sampling import BoundedProducer
+from lightning_granndis.graph.store import GraphPart, GraphStoreHandle
 
 
 def graph_from_loader(dataloader: object):
-    """The whole graph a full-batch loader yields (its first batch: a PyG ``Data``)."""
+    """What a full-batch loader yields (its first batch): the whole graph as a PyG ``Data``, or a
+    :class:`~lightning_granndis.graph.store.GraphStoreHandle` of a partitioned one."""
     from torch_geometric.data import Data
 
     data = next(iter(dataloader))
     if isinstance(data, (list, tuple)) and len(data) == 1:
         data = data[0]
+    if isinstance(data, GraphStoreHandle):
+        return data
     if not isinstance(data, Data):
         raise TypeError(
             f"the GNN strategies expect dataloaders that yield the whole graph as one torch_geometric Data "
-            f"(e.g. OGBNodeDataModule), got {type(data).__name__}."
+            f"(e.g. OGBNodeDataModule) or a graph store's handle (GraphStoreDataModule), got {type(data).__name__}."
         )
     for key in ("x", "edge_index", "y", "train_mask"):
         if getattr(data, key, None) is None:
@@ -25,29 +31,24 @@ def graph_from_loader(dataloader: object):
     return data
 
 
-def rank_batch(data, graph: OneHopGraph, key: int):
-    """The rank's (light) batch for ``graph``: owned vertex ids ``n_id``, the split masks limited to
+def rank_batch(part: GraphPart, key: int):
+    """The rank's (light) batch for ``part``: owned vertex ids ``n_id``, the split masks limited to
     seed vertices, the local ``edge_index`` (sources may be halo rows) and ``granndis_key``.
-    Features and labels are added by :func:`materialise` when the batch is used, so a strategy can
-    hold many iterations' batches without copying features."""
+    Features and labels are added by :func:`materialise` when the batch is used."""
     from torch_geometric.data import Data
 
-    owned = graph.n_id[: graph.n_owned].cpu()
-    seed = graph.seed.cpu()
-    batch = Data(edge_index=graph.edge_index, n_id=owned, num_nodes=graph.n_owned)
-    for split in ("train_mask", "val_mask", "test_mask"):
-        mask = getattr(data, split, None)
-        if mask is not None:
-            batch[split] = mask[owned] & seed
+    graph = part.graph
+    batch = Data(edge_index=graph.edge_index, n_id=graph.n_id[: graph.n_owned].cpu(), num_nodes=graph.n_owned)
+    for split, mask in part.masks.items():
+        batch[split] = mask
     batch.granndis_key = torch.tensor(key)
     return batch
 
 
-def materialise(batch, data):
-    """A copy of ``batch`` with ``x`` and ``y`` of its vertices taken from the whole graph."""
+def materialise(batch, part: GraphPart):
+    """A copy of ``batch`` with the features and labels of its rows."""
     out = batch.clone()
-    n_id = batch.n_id.cpu()
-    out.x, out.y = data.x[n_id], data.y[n_id]
+    out.x, out.y = part.x, part.y
     return out
 
 
@@ -62,3 +63,44 @@ class GraphBatches:
 
     def __iter__(self):
         return iter(self.batches)
+
+
+class SampledBatches:
+    """An epoch of batches drawn afresh each time it is iterated, by a :class:`BoundedProducer`.
+
+    Args:
+        length: batches per epoch.
+        parts: ``parts(epoch)`` → the epoch's :class:`GraphPart` iterator (runs on the producer
+            thread).
+        epoch: returns the epoch being started.
+        register: ``register(part)`` → the key of a produced part (runs as the batch is consumed);
+            ``release(key)`` forgets it three batches later.
+        depth: most batches built ahead.
+    """
+
+    def __init__(self, length: int, parts: Callable[[int], Iterator[GraphPart]], epoch: Callable[[], int],
+                 register: Callable[[GraphPart], int], release: Callable[[int], None], depth: int = 2) -> None:
+        self.length, self.parts, self.epoch = length, parts, epoch
+        self.register, self.release, self.depth = register, release, depth
+        self.producer: BoundedProducer | None = None
+        self.high_water = 0
+        self._keys: list[int] = []
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        if self.producer is not None:
+            self.producer.close()
+        for key in self._keys:  # the previous epoch's last batches (Lightning fetches one ahead)
+            self.release(key)
+        self._keys = []
+        epoch = self.epoch()
+        self.producer = BoundedProducer(lambda: self.parts(epoch), self.depth)
+        for part in self.producer:
+            self.high_water = max(self.high_water, self.producer.high_water)
+            key = self.register(part)
+            self._keys.append(key)
+            if len(self._keys) > 3:
+                self.release(self._keys.pop(0))
+            yield rank_batch(part, key)

@@ -88,7 +88,7 @@ for name in names:
         params={k: v.detach().tolist() for k, v in model.state_dict().items()},
         ledger=ledger, test_acc=strategy.last_eval.get("test"),
         mode=strategy.resolved_mode, reason=strategy.choice.reason if strategy.choice else None,
-        steps=trainer.global_step, epochs=monitor.epochs, time_png=(monitor.summary or {}).get("time_png"), iterations=len(trainer.strategy._prepared["train"][1]),
+        steps=trainer.global_step, epochs=monitor.epochs, time_png=(monitor.summary or {}).get("time_png"), iterations=int(trainer.num_training_batches),
     )
     (out / name.replace(":", "_")).mkdir(parents=True, exist_ok=True)
     (out / name.replace(":", "_") / f"rank{rank}.json").write_text(json.dumps(record))

@@ -1,0 +1,149 @@
+"""(Co-)batches drawn afresh every epoch, one at a time, by a bounded background producer.
+
+GraNNDis' artifact samples its co-batches once and reuses them every epoch; holding an epoch of
+sampled subgraphs is O(epoch) memory, and reusing them trains on one fixed sample. Here every
+epoch draws new ones from a generator seeded by ``(seed, epoch, server or rank)``: a run is
+reproducible, and a run resumed at an epoch boundary draws exactly what the uninterrupted run
+drew. Nothing is exchanged to draw them: every device of a server draws the same co-batch from
+the same seed and keeps its own part (the server's devices split it by a fixed METIS assignment
+of the server's vertices), so the sampler costs no traffic.
+
+:class:`BoundedProducer` builds the next batch on a background thread while the current one
+trains; at most ``depth`` batches wait, so memory stays O(a few batches), never O(epoch).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import torch
+
+from lightning_granndis.graph.one_hop import OneHopGraph, split_one_hop
+from lightning_granndis.graph.server_subgraph import expansion_subgraph, sampled_subgraph
+from lightning_granndis.graph.store.shards import GraphPart, SamplingSource, chunk_sizes
+
+
+def epoch_generator(seed: int, epoch: int, stream: int = 0) -> torch.Generator:
+    """A generator for ``(seed, epoch, stream)``; distinct triples give independent streams."""
+    return torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) * 65_537 + int(stream))
+
+
+def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torch.Tensor | None = None) -> GraphPart:
+    """A sampled one-hop graph in the source's local ids → a :class:`GraphPart` in global ids;
+    ``train``: its owned rows that are training seeds (default: its seeds)."""
+    owned = graph.n_id[: graph.n_owned]
+    if source.x_row is None:
+        x = source.x[owned]
+    else:  # MB_base: rows held elsewhere are fetched at the step; blank here
+        rows = source.x_row[owned]
+        x = torch.zeros(owned.numel(), source.x.shape[1], dtype=source.x.dtype)
+        held = rows >= 0
+        x[held] = source.x[rows[held]]
+    masks = {"train_mask": (graph.seed if train is None else train).clone()}
+    degree = source.degree[graph.n_id]
+    graph.n_id = source.n_id[graph.n_id]
+    return GraphPart(graph, x, source.y[owned], masks, degree, weight)
+
+
+def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, fanout: int,
+              hops: int, seed: int, epoch: int) -> Iterator[GraphPart]:
+    """Cooperative Batching, one epoch: this device's part of every co-batch of its server."""
+    generator = epoch_generator(seed, epoch, server)
+    seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=generator)]
+    chunks = torch.tensor_split(seeds, source.iterations)
+    totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
+    for it, chunk in enumerate(chunks):
+        sub = sampled_subgraph(source.csr, chunk, fanout, hops, generator=generator)
+        graph = split_one_hop(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
+                              hops)[device]
+        graph.meta.update(scope="intra", purpose="halo", server=server, iteration=it, epoch=epoch,
+                          server_vertices=sub.num_nodes)
+        yield _part(source, graph, int(graph.seed.sum()) * world_size / max(1, totals[it]))
+
+
+def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, eas_hops: int,
+              fanout: int, weighted: bool, seed: int, epoch: int) -> Iterator[GraphPart]:
+    """Expansion-aware Sampling redrawn for ``epoch`` (``resample="epoch"``): the server's inner
+    graph whole, its expansion sampled afresh."""
+    generator = epoch_generator(seed, epoch, server)
+    sub = expansion_subgraph(source.csr, source.inner, eas_hops, fanout, weighted, generator)
+    graph = split_one_hop(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed, None)[device]
+    graph.meta.update(scope="intra", purpose="halo", server=server, iteration=0, epoch=epoch,
+                      server_vertices=sub.num_nodes)
+    train = graph.seed & torch.isin(graph.n_id[: graph.n_owned], source.seeds)
+    yield _part(source, graph, int(train.sum()) * world_size / max(1, sum(source.seed_counts)), train)
+
+
+def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanout: int, hops: int, seed: int,
+                    epoch: int) -> Iterator[GraphPart]:
+    """MB_base, one epoch: the training seeds shuffled (the same permutation on every rank) and
+    dealt to the ranks; this rank's mini-batches with their sampled neighbourhoods."""
+    order = torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch))
+    mine = torch.tensor_split(source.seeds[order], world_size)[rank]
+    generator = epoch_generator(seed, epoch, 1 + rank)
+    totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
+    for it, batch in enumerate(torch.tensor_split(mine, source.iterations)):
+        sub = sampled_subgraph(source.csr, batch, fanout, hops, generator=generator)
+        n = sub.num_nodes
+        graph = OneHopGraph(n_owned=n, n_id=sub.n_id, edge_index=sub.edge_index,
+                            send_index=torch.empty(0, dtype=torch.long), send_splits=[0] * world_size,
+                            recv_splits=[0] * world_size, hop=sub.hop, seed=sub.seed, exact_hops=hops,
+                            meta={"scope": "none", "purpose": "halo", "iteration": it, "epoch": epoch})
+        part = _part(source, graph, int(sub.seed.sum()) * world_size / max(1, totals[it]))
+        part.graph.meta["owner"] = source.owner[part.graph.n_id]
+        yield part
+
+
+class BoundedProducer:
+    """Runs ``make()`` (a generator of items) on a background thread, at most ``depth`` items
+    ahead of the consumer. Iterate it once; an exception in the producer re-raises in the
+    consumer. ``high_water`` records the most items that ever waited."""
+
+    _DONE = object()
+
+    def __init__(self, make: Callable[[], Iterator], depth: int = 2) -> None:
+        if depth < 1:
+            raise ValueError(f"the producer's depth must be at least 1, got {depth}.")
+        self.depth, self.high_water = depth, 0
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True, name="granndis-sampler")
+        self._thread.start()
+
+    def _run(self, make) -> None:
+        try:
+            for item in make():
+                if not self._put(item):
+                    return
+        except BaseException as error:  # handed to the consumer
+            self._put(error)
+            return
+        self._put(self._DONE)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                self.high_water = max(self.high_water, self._queue.qsize())
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        try:
+            while True:
+                item = self._queue.get()
+                if item is self._DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,231 @@
+"""What one rank trains and evaluates on: its :class:`RankShard`, built from the whole graph.
+
+The offline partitioning step (:func:`~lightning_granndis.graph.store.partition_graph`) builds the
+shards once and writes them per server; the in-memory path (a small graph every rank loaded) has
+rank 0 build them and hand each rank its own. Either way a rank ends up with the same object:
+
+- ``train``: its one-hop graphs for the fixed plans (FLX, EAS sampled once, FB_base), each with the
+  features, labels and masks of the rows it owns and the degree statistics GCN needs;
+- ``eval``: its part of the exact full-graph split (all ranks, halos among all of them);
+- ``source``: for modes that sample every epoch (CoB, EAS ``resample="epoch"``, MB_base), what
+  sampling needs: the server's ``L``-hop closure as an in-neighbour CSR in local ids with its rows'
+  data and the device that owns each vertex when a (co-)batch is split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from lightning_granndis.graph.masking import degree_stats
+from lightning_granndis.graph.one_hop import OneHopGraph
+from lightning_granndis.graph.partition import metis_partition
+from lightning_granndis.graph.plan import PlanConfig, build_plan, full_graph_plan, server_assignment
+from lightning_granndis.graph.sampling import CSRGraph
+from lightning_granndis.graph.server_subgraph import preloaded_subgraph
+
+SPLITS = ("train_mask", "val_mask", "test_mask")
+#: modes whose training (co-)batches are drawn every epoch from a sampling source
+SAMPLED = ("cob", "minibatch")
+
+
+@dataclass
+class GraphPart:
+    """One rank's one-hop graph with the data of its rows.
+
+    Attributes:
+        graph: the one-hop graph (local rows: owned, then halo).
+        x: ``[n_owned, F]`` features of the owned rows (halo rows arrive by exchange).
+        y: ``[n_owned]`` labels; masks: ``{split: [n_owned] bool}`` limited to seed rows.
+        degree: ``[n_local, 3]`` whole-graph degree statistics of every local row (GCN).
+        weight: loss weight ``n_r P / N`` of this rank's seeds in the iteration.
+    """
+
+    graph: OneHopGraph
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    degree: torch.Tensor
+    weight: float = 1.0
+
+
+@dataclass
+class SamplingSource:
+    """What per-epoch sampling reads on one server (or, for MB_base, one rank).
+
+    Attributes:
+        csr: in-neighbour lists in local ids (every vertex sampling can expand).
+        n_id: ``[n]`` global id of each local vertex.
+        seeds: local ids of the training seeds this server (rank) draws from.
+        owner: ``[n]`` device (rank, for MB_base) that owns a vertex when a batch is split.
+        x: features of the vertices held here: every local vertex for a server, only the rank's
+            own METIS part for MB_base (the others are fetched from their owners).
+        x_row: ``[n]`` row of ``x`` holding each local vertex (``-1``: held by another rank), or
+            ``None`` when ``x`` has a row per local vertex.
+        y: ``[n]`` labels, degree: ``[n, 3]`` degree statistics.
+        inner: local ids of the server's own vertices (EAS keeps their edges whole).
+        seed_counts: training seeds of every server (rank): each epoch's per-iteration totals
+            follow from them, for the loss weights, without communication.
+        iterations: (co-)batches per epoch, the same on every rank.
+    """
+
+    csr: CSRGraph
+    n_id: torch.Tensor
+    seeds: torch.Tensor
+    owner: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    degree: torch.Tensor
+    seed_counts: list[int]
+    iterations: int
+    x_row: torch.Tensor | None = None
+    inner: torch.Tensor | None = None
+
+
+@dataclass
+class RankShard:
+    rank: int
+    server: int
+    device: int
+    train: list[GraphPart]
+    eval: GraphPart
+    source: SamplingSource | None = None
+    meta: dict = field(default_factory=dict)
+
+
+def graph_part(graph: OneHopGraph, data, stats: torch.Tensor, weight: float = 1.0) -> GraphPart:
+    owned = graph.n_id[: graph.n_owned]
+    masks = {k: getattr(data, k)[owned] & graph.seed for k in SPLITS if getattr(data, k, None) is not None}
+    return GraphPart(graph, data.x[owned].contiguous(), data.y[owned].contiguous(), masks,
+                     stats[graph.n_id].contiguous(), weight)
+
+
+def loss_weights(plans: list[list[OneHopGraph]], train_mask: torch.Tensor) -> list[list[float]]:
+    """Per rank and iteration, ``n_r P / N``: the factor turning the rank's mean loss over its
+    ``n_r`` seeds into its share of the mean over all ``N`` seeds of the iteration (DDP then
+    averages over the ``P`` ranks)."""
+    P = len(plans)
+    counts = torch.tensor([[int((train_mask[g.n_id[: g.n_owned]] & g.seed).sum()) for g in graphs]
+                           for graphs in plans], dtype=torch.double)
+    return (counts * P / counts.sum(0).clamp_min(1)).tolist()
+
+
+def chunk_sizes(count: int, chunks: int) -> list[int]:
+    """The sizes :func:`torch.tensor_split` cuts ``count`` items into."""
+    return [count // chunks + (1 if i < count % chunks else 0) for i in range(chunks)]
+
+
+def iterations_for(seed_counts: list[int], seeds_per_batch: int, iterations: int | None) -> int:
+    if iterations is not None:
+        return max(1, int(iterations))
+    return max(1, math.ceil(max(seed_counts, default=0) / max(1, seeds_per_batch)))
+
+
+def eval_plan(data, world_size: int, seed: int = 0, cache_dir: str | None = None) -> list[OneHopGraph]:
+    graphs = full_graph_plan(data.edge_index, data.num_nodes, world_size, data.train_mask, seed, cache_dir)
+    for g in graphs:
+        g.meta.update(scope="world", purpose="eval")
+    return graphs
+
+
+def server_source(data, csr: CSRGraph, inner: torch.Tensor, cfg: PlanConfig, seed_counts: list[int],
+                  hops: int | None = None) -> SamplingSource:
+    """A server's sampling source: its inner vertices' ``hops``-hop closure (default ``L``: every
+    vertex a sampled co-batch can reach), split across the server's devices once (METIS, balanced
+    on its seeds)."""
+    sub = preloaded_subgraph(csr, inner, hops or cfg.hops)
+    local_csr = CSRGraph.from_edge_index(sub.edge_index, sub.num_nodes)
+    inner_local = (sub.hop == 0).nonzero().flatten()
+    seeds = inner_local[data.train_mask[sub.n_id[inner_local]]]
+    G = cfg.devices_per_server
+    is_seed = torch.zeros(sub.num_nodes, dtype=torch.bool)
+    is_seed[seeds] = True
+    owner = (metis_partition(sub.edge_index, sub.num_nodes, G, train_mask=is_seed, seed=cfg.seed).assignment
+             if G > 1 else torch.zeros(sub.num_nodes, dtype=torch.long))
+    iterations = iterations_for(seed_counts, cfg.batch_size * G, cfg.iterations)
+    return SamplingSource(local_csr, sub.n_id, seeds, owner, data.x[sub.n_id].contiguous(),
+                          data.y[sub.n_id].contiguous(), degree_stats(data.edge_index, data.num_nodes)[sub.n_id],
+                          seed_counts, iterations, inner=inner_local)
+
+
+def minibatch_source(data, csr: CSRGraph, owner_of: torch.Tensor, rank: int, world_size: int, cfg: PlanConfig,
+                     stats: torch.Tensor) -> SamplingSource:
+    """MB_base's source for one rank: the whole graph's structure (SALIENT++ keeps it on every
+    device), the training seeds dealt to the rank, and only its own METIS part's features."""
+    train = data.train_mask.nonzero().flatten()
+    counts = chunk_sizes(train.numel(), world_size)
+    mine = (owner_of == rank).nonzero().flatten()
+    x_row = torch.full((data.num_nodes,), -1, dtype=torch.long)
+    x_row[mine] = torch.arange(mine.numel())
+    iterations = iterations_for(counts, cfg.batch_size, cfg.iterations)
+    return SamplingSource(csr, torch.arange(data.num_nodes), train, owner_of, data.x[mine].contiguous(), data.y,
+                          stats, counts, iterations, x_row)
+
+
+def build_shards(data, cfg: PlanConfig, progress: bool = False) -> Iterator[list[RankShard]]:
+    """The shards of every rank, one server at a time (``S`` lists of ``G``), so a writer can
+    stream them to disk. ``cfg.mode``: ``flx``, ``eas``, ``cob``, ``full`` (FB_base) or
+    ``minibatch`` (MB_base)."""
+    S, G = cfg.servers, cfg.devices_per_server
+    P = S * G
+    stats = degree_stats(data.edge_index, data.num_nodes)
+    csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+    evals = eval_plan(data, P, cfg.seed, cfg.cache_dir)
+    eval_parts = [graph_part(g, data, stats) for g in evals]
+    train_parts: list[list[GraphPart]] = [[] for _ in range(P)]
+    sources: list[SamplingSource | None] = [None] * P
+    server_of = None
+    if cfg.mode == "full":
+        weights = loss_weights([[g] for g in evals], data.train_mask)
+        for r, g in enumerate(evals):
+            train_parts[r] = [GraphPart(**{**eval_parts[r].__dict__, "weight": weights[r][0]})]
+            train_parts[r][0].graph = _with_meta(g, scope="world", purpose="halo")
+    elif cfg.mode == "eas" and cfg.resample == "epoch":
+        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
+        counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
+        for s in range(S):
+            # the expansion reads in-edges up to eas_hops out: an (eas_hops + 1)-hop closure holds them
+            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts, cfg.eas_hops + 1)
+            for d in range(G):
+                sources[s * G + d] = source
+    elif cfg.mode in ("flx", "eas"):
+        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
+        plans = build_plan(data, cfg, server_of, csr, progress=progress)
+        weights = loss_weights(plans, data.train_mask)
+        for r, graphs in enumerate(plans):
+            for g, w in zip(graphs, weights[r]):
+                g.meta.update(scope="intra", purpose="halo")
+                train_parts[r].append(graph_part(g, data, stats, w))
+    elif cfg.mode == "cob":
+        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
+        counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
+        for s in range(S):
+            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts)
+            for d in range(G):
+                sources[s * G + d] = source
+    elif cfg.mode == "minibatch":
+        owner_of = evals_owner(evals, data.num_nodes)
+        for r in range(P):
+            sources[r] = minibatch_source(data, csr, owner_of, r, P, cfg, stats)
+    else:
+        raise ValueError(f"unknown mode {cfg.mode!r}; choose flx, eas, cob, full or minibatch.")
+    for s in range(S):
+        yield [RankShard(s * G + d, s, d, train_parts[s * G + d], eval_parts[s * G + d], sources[s * G + d])
+               for d in range(G)]
+
+
+def evals_owner(evals: list[OneHopGraph], num_nodes: int) -> torch.Tensor:
+    """``[N]`` rank owning each vertex in the full-graph split (MB_base's feature partition)."""
+    owner = torch.empty(num_nodes, dtype=torch.long)
+    for r, g in enumerate(evals):
+        owner[g.n_id[: g.n_owned]] = r
+    return owner
+
+
+def _with_meta(graph: OneHopGraph, **meta) -> OneHopGraph:
+    out = OneHopGraph(graph.n_owned, graph.n_id, graph.edge_index, graph.send_index, graph.send_splits,
+                      graph.recv_splits, graph.hop, graph.seed, graph.exact_hops, {**graph.meta, **meta})
+    return out
