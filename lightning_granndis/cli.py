@@ -3,6 +3,7 @@
     granndis fit --config recipes/granndis_flx.yaml
     granndis validate --config recipes/demo.yaml --ckpt_path runs/demo/.../last.ckpt
     granndis compare recipes/granndis_flx.yaml recipes/gnn_fb_base.yaml [--trainer.max_epochs=10 ...]
+    granndis partition --dataset synthetic-products --servers 2 --devices 2 --mode eas --out stores/products_eas
 
 Every ``fit`` writes ``summary.json`` into the run's ``default_root_dir``; ``compare`` runs each
 config's ``fit`` in turn (same extra arguments) and prints a table of them side by side.
@@ -153,9 +154,49 @@ def compare(configs: list[str], extra: list[str], root: str = "runs/compare") ->
     return runs
 
 
+def partition_main(argv: list[str]) -> int:
+    """``granndis partition``: the offline partitioning step (see ``graph/store``)."""
+    import argparse
+    import shlex
+
+    from lightning_granndis.datamodules.graph_store import partition_dataset
+
+    parser = argparse.ArgumentParser(prog="granndis partition", description=(
+        "Partition a graph once into a graph store: one shard per server with exactly what it trains on, "
+        "and a manifest. Train from it with OGBNodeDataModule(NAME, store=OUT) or GraphStoreDataModule(OUT)."))
+    parser.add_argument("--dataset", required=True, help="an OGBNodeDataModule name (ogbn-*, synthetic-*)")
+    parser.add_argument("--root", default="data", help="data root (default: data)")
+    parser.add_argument("--out", required=True, help="store directory")
+    parser.add_argument("--servers", type=int, required=True)
+    parser.add_argument("--devices", type=int, required=True, help="devices (ranks) per server")
+    parser.add_argument("--mode", required=True, choices=["flx", "eas", "cob", "full", "minibatch"],
+                        help="GraNNDis mode, or full (gnn_fb_base) / minibatch (gnn_mb_base)")
+    parser.add_argument("--hops", type=int, default=3, help="the model's message-passing layers (default 3)")
+    parser.add_argument("--fanout", type=int, default=None)
+    parser.add_argument("--eas-hops", type=int, default=1)
+    parser.add_argument("--eas-sampling", default="degree", choices=["degree", "uniform"])
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--resample", default="once", choices=["once", "epoch"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    manifest = partition_dataset(
+        args.dataset, args.out, args.mode, args.servers, args.devices, args.hops, root=args.root, seed=args.seed,
+        command="granndis partition " + " ".join(shlex.quote(a) for a in argv), fanout=args.fanout,
+        eas_hops=args.eas_hops, eas_sampling=args.eas_sampling, batch_size=args.batch_size,
+        iterations=args.iterations, resample=args.resample)
+    total = sum(e["bytes"] for e in manifest["shards"]) + (manifest["structure"] or {}).get("bytes", 0)
+    print(f"granndis partition: {args.dataset} -> {args.out}: {len(manifest['shards'])} server shards, "
+          f"{total / 2**20:.1f} MiB in all, {manifest['partition_seconds']:.1f}s, peak RSS "
+          f"{manifest['partition_peak_rss_mb']:.0f} MB", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     given = argv
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "partition":
+        return partition_main(argv[1:])
     if argv and argv[0] == "compare":
         configs = [a for a in argv[1:] if not a.startswith("--")]
         extra = [a for a in argv[1:] if a.startswith("--")]

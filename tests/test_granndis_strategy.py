@@ -11,12 +11,15 @@ import torch
 import torch.nn.functional as F
 
 from helpers import torchrun
+from lightning_granndis.cli import main as cli_main
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.models.gnn import GNNNodeClassifier
 
 STEPS = 3
 #: `_ei`: the same with `sparse_aggregation=False` (edge_index message passing)
-EXACT = ["flx:sage", "flx:gcn", "flx:gat", "fb:sage", "flx_ei:sage", "flx_ei:gcn", "fb_ei:gcn"]
+#: `st_`: the same from a graph store written by `granndis partition` (rank-local loading)
+STORE = ["st_flx:sage", "st_flx:gcn", "st_flx:gat", "st_fb:sage", "st_flx_ei:gcn", "st_fb_ei:gcn"]
+EXACT = ["flx:sage", "flx:gcn", "flx:gat", "fb:sage", "flx_ei:sage", "flx_ei:gcn", "fb_ei:gcn"] + STORE
 OTHERS = ["cob:sage", "eas:sage", "mb:sage", "fb_q8:sage", "eas_q4:sage"]
 ACCURACY = ["flx:sage:40", "eas:sage:40"]
 #: EAS may differ from exact FLX by this much test accuracy on the tiny graph after 40 epochs
@@ -29,6 +32,9 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("gnn")
     root = tmp_path_factory.mktemp("data")
     OGBNodeDataModule("synthetic-tiny", root=str(root)).prepare_data()  # once, before the ranks read it
+    for mode in ("flx", "full"):  # the stores the `st_` runs read, as a user writes them
+        assert cli_main(["partition", "--dataset", "synthetic-tiny", "--root", str(root), "--servers", "2",
+                         "--devices", "2", "--mode", mode, "--hops", "3", "--out", str(root / "stores" / mode)]) == 0
     torchrun("gnn_strategies.py", 4, str(out), str(root), str(STEPS), ",".join(EXACT + OTHERS + ACCURACY), timeout=900)
 
     def load(name):
@@ -138,3 +144,25 @@ def test_time_breakdown_per_epoch(runs):
         assert min(parts) >= 0 and sum(parts) == pytest.approx(epoch["total"], rel=1e-6)
         assert epoch["intra_comm"] > 0 and epoch["inter_comm"] == 0  # GraNNDis: nothing but gradients cross
     assert fb["epochs"][0]["inter_comm"] > 0
+
+
+@pytest.mark.parametrize("name", STORE)
+def test_store_runs_equal_in_memory_runs_and_hold_only_their_shard(runs, name):
+    """Rank-local loading: the same numbers as the in-memory path, no plan handed out, and each
+    rank holds rows of its own server's shard only, far fewer than the graph."""
+    from lightning_granndis.graph.store import load_rank_shard
+
+    stored, in_memory = runs["load"](name), runs["load"](name[3:])
+    mode = "full" if name.startswith("st_fb") else "flx"
+    for r, (a, b) in enumerate(zip(stored, in_memory)):
+        assert a["scatters"] == 0 and b["scatters"] >= 1
+        assert a["ids"] == b["ids"]
+        assert torch.allclose(torch.tensor(a["logits"]), torch.tensor(b["logits"]), atol=1e-5, rtol=0)
+        for key in b["params"]:
+            assert torch.allclose(torch.tensor(a["params"][key]), torch.tensor(b["params"][key]), atol=1e-5), key
+        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-9)
+        shard = load_rank_shard(runs["root"] / "stores" / mode, r, 4)
+        n = shard.meta["manifest"]["num_nodes"]
+        assert a["server"] == r // 2 and shard.eval.x.shape[0] < 0.3 * n  # a quarter of the graph to evaluate
+        assert a["held_rows"] == sum(p.x.shape[0] for p in shard.train) + shard.eval.x.shape[0] < n
+        assert set(a["train_ids"]) <= {int(i) for p in shard.train for i in p.graph.n_id}

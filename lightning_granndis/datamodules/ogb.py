@@ -59,6 +59,9 @@ class OGBNodeDataModule(pl.LightningDataModule):
         seed: seed of a synthetic graph (default 0).
         undirected: add reverse edges; default: for the datasets of :data:`DIRECTED` and the
             synthetic ones.
+        store: a graph store made from this dataset (``granndis partition``): the loaders then yield
+            the store's handle and no process loads the graph; each rank of a GNN strategy reads
+            only its own server's shard.
 
     After ``setup`` the graph is :attr:`data` with ``x`` [N, F] float, ``edge_index`` [2, E],
     ``y`` [N] long and ``train_mask``/``val_mask``/``test_mask`` [N] bool; :attr:`evaluator` is
@@ -70,8 +73,9 @@ class OGBNodeDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, name: str = "synthetic-tiny", root: str = "data", seed: int = 0,
-                 undirected: bool | None = None) -> None:
+                 undirected: bool | None = None, store: str | None = None) -> None:
         super().__init__()
+        self.store = store
         self.name, self.root, self.seed = name, Path(root), seed
         self.synthetic = name.startswith("synthetic-")
         self.undirected = undirected if undirected is not None else (self.synthetic or name in DIRECTED)
@@ -123,11 +127,49 @@ class OGBNodeDataModule(pl.LightningDataModule):
 
     def prepare_data(self) -> None:
         # Lightning calls this once per node (local rank 0): generation and OGB's processing.
-        self._dataset()
+        if self.store is None:
+            self._dataset()
+
+    def processed_file(self) -> Path:
+        """The file OGB's loader reads the processed graph from."""
+        return self.root / self.name.replace("-", "_") / "processed" / "geometric_data_processed.pt"
+
+    def _check_fits(self) -> None:
+        """Refuses, on every rank alike, to load a graph that every local process would hold
+        whole when they would not fit in this machine's memory together."""
+        trainer = getattr(self, "trainer", None)
+        local = int(getattr(trainer, "num_devices", 1) or 1) if trainer is not None else 1
+        counts = self.root / self.name.replace("-", "_") / "raw" / "num-edge-list.csv.gz"
+        if local <= 1 or not counts.exists():
+            return
+        import pandas as pd
+
+        edges = int(pd.read_csv(counts, header=None).values.sum()) * (2 if self.undirected else 1)
+        features = self.processed_file().stat().st_size if self.processed_file().exists() else 0
+        # per process: its undirected edge_index and the copies sorting it makes; features are
+        # memory-mapped, shared by the node's processes
+        need = local * 4 * edges * 16 + features
+        available = _available_memory()
+        if available and need > 0.8 * available:
+            raise MemoryError(
+                f"{self.name} would need ~{need / 2**30:.1f} GiB to load in each of the {local} processes of this "
+                f"machine (every rank would hold the whole graph), but {available / 2**30:.1f} GiB is available. "
+                f"Partition it once and train from the store: `granndis partition --dataset {self.name} "
+                f"--root {self.root} --servers S --devices G --mode eas --out stores/{self.name}`, then "
+                f"OGBNodeDataModule({self.name!r}, store='stores/{self.name}')."
+            )
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is not None:
             return
+        if self.store is not None:
+            from lightning_granndis.datamodules.graph_store import GraphStoreDataModule
+
+            inner = GraphStoreDataModule(self.store, dataset=self.name)
+            inner.setup(stage)
+            self.data, self.num_features, self.num_classes = inner.handle, inner.num_features, inner.num_classes
+            return
+        self._check_fits()
         from ogb.nodeproppred import Evaluator
         from torch_geometric.data import Data
         from torch_geometric.utils import to_undirected
@@ -156,6 +198,9 @@ class OGBNodeDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, pred: torch.Tensor, split: str = "test") -> float:
         """OGB accuracy of ``pred`` (class ids, [N] or [N, 1]) on ``split`` (train, val, test)."""
+        if self.store is not None:
+            raise RuntimeError("a store-backed OGBNodeDataModule holds no labels in this process; the GNN "
+                               "strategies count accuracy over each rank's shard (their val_acc/test_acc).")
         mask = getattr(self.data, f"{split}_mask")
         y_true = self.data.y[mask].view(-1, 1)
         y_pred = pred.view(-1)[mask].view(-1, 1)
@@ -173,3 +218,14 @@ class OGBNodeDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._full_batch()
+
+
+def _available_memory() -> int:
+    """Bytes of memory available for new allocations (Linux ``MemAvailable``), 0 if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

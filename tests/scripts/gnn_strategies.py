@@ -7,6 +7,7 @@ usage: gnn_strategies.py OUT DATA_ROOT STEPS NAME[,NAME...]   (NAME = strategy:c
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 import lightning_granndis  # noqa: F401
+from lightning_granndis import comm as _comm_module
 from lightning_granndis.callbacks import CommMonitor
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.models.gnn import GNNNodeClassifier
@@ -52,11 +54,28 @@ class Capture(Callback):
             self.record["grads"] = {k: p.grad.detach().clone().tolist() for k, p in pl_module.named_parameters()}
 
 
+SCATTERS = [0]  # how often this rank took part in handing out plans (a store needs none)
+_scatter = _comm_module.scatter_objects
+
+
+def _counting_scatter(*args, **kwargs):
+    SCATTERS[0] += 1
+    return _scatter(*args, **kwargs)
+
+
+_comm_module.scatter_objects = _counting_scatter
+
 for name in names:
+    SCATTERS[0] = 0
     strategy_name, conv, *rest = name.split(":")
     epochs = int(rest[0]) if rest else None
     pl.seed_everything(0)
-    dm = OGBNodeDataModule("synthetic-tiny", root=root)
+    store = None
+    if strategy_name.startswith("st_"):  # the same strategy from a graph store (tests write it)
+        strategy_name = strategy_name[3:]
+        store_root = os.environ.get("GNN_STORE_ROOT", f"{root}/stores").format(node=os.environ.get("GROUP_RANK", "0"))
+        store = f"{store_root}/{'full' if strategy_name.startswith('fb') else strategy_name.split('_')[0]}"
+    dm = OGBNodeDataModule("synthetic-tiny", root=root, store=store)
     dm.prepare_data()
     dm.setup()
     model = GNNNodeClassifier(dm.num_features, dm.num_classes, conv=conv, hidden=16, dropout=0.0 if epochs is None else 0.5)
@@ -76,7 +95,9 @@ for name in names:
     capture = Capture()
     monitor = CommMonitor(dirpath=str(out / name.replace(":", "_")))
     limits = dict(max_epochs=epochs) if epochs else dict(max_steps=steps)
-    trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False, callbacks=[capture, monitor],
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=int(os.environ["WORLD_SIZE"]) // local,
+                         strategy=strategy, logger=False, callbacks=[capture, monitor],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1000, **limits)
     trainer.fit(model, datamodule=dm)
@@ -84,6 +105,10 @@ for name in names:
     trainer.test(model, datamodule=dm, verbose=False)
     rank = trainer.global_rank
     record = dict(capture.record)
+    shard = next(iter(strategy._shards.values()))
+    record.update(store=store, scatters=SCATTERS[0], server=shard.server,
+                  held_rows=sum(int(p.x.shape[0]) for p in shard.train) + int(shard.eval.x.shape[0]),
+                  train_ids=sorted({int(i) for p in shard.train for i in p.graph.n_id}))
     record.update(
         params={k: v.detach().tolist() for k, v in model.state_dict().items()},
         ledger=ledger, test_acc=strategy.last_eval.get("test"),

@@ -1,0 +1,97 @@
+"""A partitioned graph as a DataModule: the loaders yield the store's handle, never the graph.
+
+    granndis partition --dataset synthetic-products --servers 2 --devices 2 --mode eas --out stores/products_eas
+
+(or :func:`partition_dataset` / :func:`~lightning_granndis.graph.store.partition_graph` from Python)
+writes the store once; at run time each rank of a GNN strategy memory-maps only its own server's
+shard, so no process holds the whole graph.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from lightning_granndis.graph.store import GraphStoreError, GraphStoreHandle, partition_graph, read_manifest
+
+
+class GraphStoreDataModule(pl.LightningDataModule):
+    """A graph store (see :func:`~lightning_granndis.graph.store.partition_graph`) for the GNN
+    strategies. ``num_features`` and ``num_classes`` come from its manifest.
+
+    Args:
+        store: the store directory.
+        dataset: when given, the dataset name the store must have been made from.
+    """
+
+    def __init__(self, store: str | os.PathLike, dataset: str | None = None) -> None:
+        super().__init__()
+        self.store, self.dataset = Path(store), dataset
+        self.handle: GraphStoreHandle | None = None
+        self.num_features = self.num_classes = 0
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.handle is not None:
+            return
+        manifest = read_manifest(self.store)
+        if self.dataset is not None and manifest.get("dataset") not in (None, self.dataset):
+            raise GraphStoreError(f"the graph store {self.store} holds {manifest['dataset']!r}, not {self.dataset!r}: "
+                                  f"partition {self.dataset} into its own store (`granndis partition --dataset "
+                                  f"{self.dataset} ...`) or point store= at the right one.")
+        _check_source_unchanged(self.store, manifest)
+        self.handle = GraphStoreHandle(self.store, manifest)
+        self.num_features, self.num_classes = manifest["num_features"], manifest["num_classes"]
+
+    def _loader(self) -> DataLoader:
+        return DataLoader([self.handle], batch_size=None, collate_fn=lambda h: h)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader()
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader()
+
+
+def source_info(path: Path) -> dict | None:
+    """What identifies the file a graph was loaded from, cheaply (size and modification time)."""
+    if not path.exists():
+        return None
+    stat = path.stat()
+    return {"file": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _check_source_unchanged(store: Path, manifest: dict) -> None:
+    source = manifest.get("source")
+    if not source:
+        return
+    now = source_info(Path(source["file"]))
+    if now is not None and (now["bytes"], now["mtime_ns"]) != (source["bytes"], source["mtime_ns"]):
+        raise GraphStoreError(f"the graph store {store} is stale: {source['file']} changed after it was partitioned. "
+                              f"Re-run `{manifest.get('command') or 'granndis partition ...'}`.")
+
+
+def partition_dataset(dataset: str, out: str | os.PathLike, mode: str, servers: int, devices: int, hops: int = 3,
+                      root: str = "data", seed: int = 0, command: str | None = None, **params) -> dict:
+    """Loads ``dataset`` (any :class:`OGBNodeDataModule` name) once and partitions it into a store
+    at ``out`` for ``servers`` x ``devices`` ranks (see
+    :func:`~lightning_granndis.graph.store.partition_graph` for ``mode`` and ``params``)."""
+    from lightning_granndis.datamodules.ogb import OGBNodeDataModule
+
+    dm = OGBNodeDataModule(dataset, root=root)
+    dm.prepare_data()
+    dm.setup()
+    if command is None:
+        extra = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items() if v is not None)
+        command = (f"granndis partition --dataset {dataset} --root {shlex.quote(str(root))} --servers {servers} "
+                   f"--devices {devices} --mode {mode} --hops {hops} --out {shlex.quote(str(out))}"
+                   + (f" --seed {seed}" if seed else "") + (f" {extra}" if extra else ""))
+    return partition_graph(dm.data, out, mode, servers, devices, hops, dataset=dataset,
+                           source=source_info(dm.processed_file()), command=command,
+                           num_classes=dm.num_classes, seed=seed, **params)
