@@ -179,12 +179,15 @@ def partition_main(argv: list[str]) -> int:
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--resample", default="once", choices=["once", "epoch"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=None,
+                        help="where METIS assignments are cached, shared by a graph's stores (default ROOT/metis-cache)")
     args = parser.parse_args(argv)
     manifest = partition_dataset(
         args.dataset, args.out, args.mode, args.servers, args.devices, args.hops, root=args.root, seed=args.seed,
         command="granndis partition " + " ".join(shlex.quote(a) for a in argv), fanout=args.fanout,
         eas_hops=args.eas_hops, eas_sampling=args.eas_sampling, batch_size=args.batch_size,
-        iterations=args.iterations, resample=args.resample)
+        iterations=args.iterations, resample=args.resample,
+        cache_dir=args.cache_dir or str(Path(args.root) / "metis-cache"))
     total = sum(e["bytes"] for e in manifest["shards"]) + (manifest["structure"] or {}).get("bytes", 0)
     print(f"granndis partition: {args.dataset} -> {args.out}: {len(manifest['shards'])} server shards, "
           f"{total / 2**20:.1f} MiB in all, {manifest['partition_seconds']:.1f}s, peak RSS "

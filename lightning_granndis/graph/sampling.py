@@ -128,7 +128,13 @@ def sample_subgraph(
         src, dst = nbr[keep], frontier[owner[keep]]
         src_parts.append(src)
         dst_parts.append(dst)
-        new = torch.unique(src[hop[src] < 0])
+        fresh = src[hop[src] < 0]
+        if fresh.numel() > n // 64:  # a large frontier: a vertex mask dedupes in O(n), no sort
+            mark = torch.zeros(n, dtype=torch.bool)
+            mark[fresh] = True
+            new = mark.nonzero().flatten()  # sorted, as torch.unique's
+        else:
+            new = torch.unique(fresh)
         hop[new] = h
         layers.append(new)
         frontier = new

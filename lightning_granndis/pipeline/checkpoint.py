@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
+from lightning_granndis.atomic import atomic_torch_save, load_weights_only
 
 
 def shard_path(filepath, stage: int) -> Path:
@@ -28,8 +28,7 @@ def consolidate_checkpoint(filepath, output=None) -> dict[str, torch.Tensor]:
         The state dict, loadable with ``module.load_state_dict(..., strict=True)`` into a fresh
         (unsplit) module of the same configuration; tied parameters appear under every name.
     """
-    io = SafeCheckpointIO()
-    first = io.load_checkpoint(shard_path(filepath, 0))
+    first = load_weights_only(shard_path(filepath, 0))
     meta = first.get("pipeline")
     if meta is None:
         raise ValueError(f"{filepath} is not a pipeline checkpoint (no 'pipeline' entry): it is already whole.")
@@ -38,10 +37,10 @@ def consolidate_checkpoint(filepath, output=None) -> dict[str, torch.Tensor]:
         path = shard_path(filepath, stage)
         if not path.exists():
             raise FileNotFoundError(f"{path}: the shard of stage {stage} of {meta['stages']} is missing.")
-        shard = io.load_checkpoint(path)
+        shard = load_weights_only(path)
         if shard.get("pipeline", {}).get("balance") != meta["balance"]:
             raise ValueError(f"{path} belongs to another pipeline configuration than {filepath}.")
         state.update(shard["state_dict"])
     if output is not None:
-        io.save_checkpoint({"state_dict": state, "pipeline": {**meta, "consolidated": True}}, output)
+        atomic_torch_save({"state_dict": state, "pipeline": {**meta, "consolidated": True}}, output)
     return state

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import pickle
-import re
-import tempfile
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.fabric.utilities.types import _PATH
 from typing_extensions import override
+
+from lightning_granndis.atomic import atomic_torch_save, weights_only_error
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
@@ -34,18 +31,7 @@ class SafeCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
         if not _is_local_file_protocol(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_torch_save(checkpoint, path)
 
     @override
     def load_checkpoint(
@@ -57,10 +43,4 @@ class SafeCheckpointIO(TorchCheckpointIO):
         try:
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as err:
-            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-            what = f" (it holds {found.group(1)})" if found else ""
-            raise RuntimeError(
-                f"Checkpoint {path} holds Python objects that a weights-only load refuses{what}. "
-                "Keep only tensors and plain containers in `on_save_checkpoint`/hyperparameters, or, if you "
-                "trust the file, load it with `trainer.fit(..., weights_only=False)`."
-            ) from err
+            raise weights_only_error(path, err) from err

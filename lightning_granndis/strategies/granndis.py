@@ -59,7 +59,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
       vertex they depend on within ``L`` hops. Exact: equals single-process full-graph training.
     - ``cob`` — Cooperative Batching: per iteration a server-sized co-batch of training seeds
       (``G * batch_size``), its sampled ``L``-hop neighbourhood (``fanout`` per hop, default 25),
-      split across the server's devices. Co-batches are sampled once at set-up (as the artifact).
+      split across the server's devices. Co-batches are drawn afresh every epoch (seeded by
+      epoch) by a bounded background producer; the artifact samples them once.
     - ``eas`` — Expansion-aware Sampling: all edges inside the server kept, only the expansion
       leaving it sampled: ``eas_hops`` hops (default 1), ``fanout`` (default 15) external
       neighbours per vertex, chosen degree-aware (``eas_sampling="degree"``) or uniformly.
@@ -69,9 +70,14 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     The loss covers only the seed (inner) vertices a rank owns, reweighted so that the gradient is
     the mean over all seeds of the (co-)batch, as in single-process training. Validation and test
     run exact full-graph inference (the graph split across all ranks, halos exchanged among all of
-    them, booked as ``eval``), gather the predictions and report ``val_acc``/``test_acc`` through
-    the datamodule's OGB ``Evaluator`` — the module's own ``validation_step``/``test_step`` are not
+    them, booked as ``eval``); each rank counts its correct vertices and the sums give
+    ``val_acc``/``test_acc`` — the module's own ``validation_step``/``test_step`` are not
     called (``exact_eval=False`` runs them on the rank's local graph instead).
+
+    The graph comes from the datamodule's loader: a PyG ``Data`` every rank holds (rank 0 builds
+    the plans and hands each rank its own), or a graph store's handle
+    (:class:`~lightning_granndis.datamodules.GraphStoreDataModule`, ``granndis partition``), from
+    which each rank memory-maps only its own server's shard.
 
     Args:
         servers: number of servers (default: one per node; ``servers=S`` makes virtual ones).
@@ -89,6 +95,11 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         halo_bits: quantise halo messages to 2, 4 or 8 bits (AdaQP-style; default off).
         memory_budget_mb: per-device memory budget for the mode checks (default: 80% of the GPU,
             or of free RAM shared by the local ranks).
+        resample: ``"once"`` (default; the paper's EAS) or ``"epoch"``: EAS draws a fresh
+            expansion every epoch.
+        sampler_depth: most (co-)batches the background producer builds ahead (default 2).
+        store_checksum: verify a store's SHA-256 when loading it (default ``True``; sizes are
+            always checked).
         seed: random seed of partitioning and sampling.
         cache_dir: METIS cache directory (default none).
         link_model, emulate, hierarchical, **kwargs: as :class:`ServerAwareDDPStrategy`.
@@ -155,6 +166,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self._graphs: dict[int, OneHopGraph] = {}
         self._next_key = 0
         self._sampled: SampledBatches | None = None
+        #: seconds this rank spent getting its shard, by loader kind ("train", "eval"): loading it
+        #: from a store, or building and handing out plans
+        self.shard_seconds: dict[str, float] = {}
         self._data = None
 
     @classmethod
@@ -226,7 +240,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
                 return self._shards[key]
         t0 = time.perf_counter()
         shard = self._load_store(item) if store else self._build_in_memory(item, kind)
-        rank_zero_info(f"granndis: {kind} shards ready in {time.perf_counter() - t0:.1f}s")
+        self.shard_seconds[kind] = time.perf_counter() - t0
+        rank_zero_info(f"granndis: {kind} shards ready in {self.shard_seconds[kind]:.1f}s")
         self._shards = {own: shard}  # one graph at a time
         self._data = item
         return shard

@@ -29,3 +29,9 @@ try:
 except Exception as error:  # what each rank reports
     message = f"{type(error).__name__}: {error}"
 (out / f"rank{os.environ['RANK']}.txt").write_text(message)
+# every rank raised at the same collective: leave together, so no rank tears the group down under another
+import torch.distributed as dist  # noqa: E402
+
+if dist.is_initialized():
+    dist.barrier()
+    dist.destroy_process_group()

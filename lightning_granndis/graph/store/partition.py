@@ -63,7 +63,7 @@ def partition_graph(data, out: str | os.PathLike, mode: str, servers: int, devic
                     fanout: int | None = None, eas_hops: int = 1, eas_sampling: str = "degree",
                     batch_size: int = 1024, iterations: int | None = None, seed: int = 0, resample: str = "once",
                     dataset: str | None = None, source: dict | None = None, command: str | None = None,
-                    num_classes: int | None = None, progress: bool = True) -> dict:
+                    num_classes: int | None = None, progress: bool = True, cache_dir: str | None = None) -> dict:
     """Partitions ``data`` (a PyG ``Data`` with ``x``, ``edge_index``, ``y``, ``train_mask``) for
     ``servers`` x ``devices_per_server`` ranks and writes a graph store to ``out``.
 
@@ -73,6 +73,7 @@ def partition_graph(data, out: str | os.PathLike, mode: str, servers: int, devic
         fanout, eas_hops, eas_sampling, batch_size, iterations, seed, resample: as the strategies.
         dataset, source: recorded in the manifest (the datamodule checks them at run time).
         command: the command line that rebuilds this store (quoted in every error's fix).
+        cache_dir: where METIS assignments are cached (a graph's stores for several modes share one).
 
     Returns:
         The manifest (also in ``out/manifest.json``).
@@ -86,7 +87,8 @@ def partition_graph(data, out: str | os.PathLike, mode: str, servers: int, devic
     generation = secrets.token_hex(4)
     cfg = PlanConfig(mode=mode, servers=servers, devices_per_server=devices_per_server,
                      hops=hops, fanout=params.get("fanout"), eas_hops=eas_hops, weighted=eas_sampling == "degree",
-                     batch_size=batch_size, iterations=iterations, seed=seed, resample=resample)
+                     batch_size=batch_size, iterations=iterations, seed=seed, resample=resample,
+                     cache_dir=cache_dir)
     shards_meta, structure, full_weights = [], None, []
     for server_shards in build_shards(data, cfg, progress=progress):
         s = server_shards[0].server
