@@ -341,6 +341,18 @@ def papers100m_what_if() -> list[dict]:
     return rows
 
 
+def _note(x: dict) -> str:
+    """What the status means, in words (a killed rank's peers only report the lost connection)."""
+    reason = x.get("reason") or ""
+    if x["status"] != "oom":
+        return reason[:120]
+    if x.get("partition", {}).get("status") == "oom":
+        return "the partitioning step ran out of memory (OOM-killed)"
+    if "49237745600" in reason or "can't allocate" in reason:
+        return "PyG's E x F message tensor: " + reason[reason.find("you tried"):][:60]
+    return "a rank was OOM-killed while training (its peers saw the connection close)"
+
+
 def report(res: dict) -> str:
     from lightning_granndis.report import markdown_table
 
@@ -368,7 +380,7 @@ def report(res: dict) -> str:
                 fmt(x.get("peak_rss_mb"), "{:,.0f}"), fmt(x.get("peak_rss_sum_mb"), "{:,.0f}"),
                 fmt(x.get("epoch_s")) + (" (extrapolated)" if x.get("extrapolated") else ""),
                 "n/a" if acc is None else f"{100 * acc:.2f} ± {100 * x.get('test_acc_std', 0):.2f}",
-                (x.get("reason") or "")[:120],
+                _note(x),
             ])
         text.append(markdown_table(("row", "status", "partition s", "shards MiB", "load s (max rank)",
                                     "peak RSS MB (max rank)", "peak RSS MB (sum)", "epoch s", "test acc %", "note"),
@@ -420,7 +432,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="small,arxiv,arxiv4x,products")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="rewrite the markdown and plot from benchmarks/results/gnn_scale.json")
     args = parser.parse_args()
+    if args.report_only:
+        res = json.loads((Path(__file__).parent / "results" / "gnn_scale.json").read_text())
+        return save_results("gnn_scale", res, report(res), lambda path: plot(res, path))
     if args.worker:
         kind, out, *rest = args.worker
         if kind == "one":
