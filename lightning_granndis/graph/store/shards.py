@@ -171,50 +171,46 @@ def build_shards(data, cfg: PlanConfig, progress: bool = False) -> Iterator[list
     ``minibatch`` (MB_base)."""
     S, G = cfg.servers, cfg.devices_per_server
     P = S * G
+    if cfg.mode not in ("flx", "eas", "cob", "full", "minibatch"):
+        raise ValueError(f"unknown mode {cfg.mode!r}; choose flx, eas, cob, full or minibatch.")
     stats = degree_stats(data.edge_index, data.num_nodes)
     csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     evals = eval_plan(data, P, cfg.seed, cfg.cache_dir)
-    eval_parts = [graph_part(g, data, stats) for g in evals]
-    train_parts: list[list[GraphPart]] = [[] for _ in range(P)]
-    sources: list[SamplingSource | None] = [None] * P
-    server_of = None
+    sampled_source = cfg.mode == "cob" or (cfg.mode == "eas" and cfg.resample == "epoch")
+    server_of = counts = plans = weights = owner_of = None
     if cfg.mode == "full":
         weights = loss_weights([[g] for g in evals], data.train_mask)
-        for r, g in enumerate(evals):
-            train_parts[r] = [GraphPart(**{**eval_parts[r].__dict__, "weight": weights[r][0]})]
-            train_parts[r][0].graph = _with_meta(g, scope="world", purpose="halo")
-    elif cfg.mode == "eas" and cfg.resample == "epoch":
-        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
-        counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
-        for s in range(S):
-            # the expansion reads in-edges up to eas_hops out: an (eas_hops + 1)-hop closure holds them
-            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts, cfg.eas_hops + 1)
-            for d in range(G):
-                sources[s * G + d] = source
-    elif cfg.mode in ("flx", "eas"):
-        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
-        plans = build_plan(data, cfg, server_of, csr, progress=progress)
-        weights = loss_weights(plans, data.train_mask)
-        for r, graphs in enumerate(plans):
-            for g, w in zip(graphs, weights[r]):
-                g.meta.update(scope="intra", purpose="halo")
-                train_parts[r].append(graph_part(g, data, stats, w))
-    elif cfg.mode == "cob":
-        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
-        counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
-        for s in range(S):
-            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts)
-            for d in range(G):
-                sources[s * G + d] = source
     elif cfg.mode == "minibatch":
         owner_of = evals_owner(evals, data.num_nodes)
-        for r in range(P):
-            sources[r] = minibatch_source(data, csr, owner_of, r, P, cfg, stats)
     else:
-        raise ValueError(f"unknown mode {cfg.mode!r}; choose flx, eas, cob, full or minibatch.")
+        server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
+        counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
+        if not sampled_source:  # FLX, EAS sampled once: the plan of every server at once
+            plans = build_plan(data, cfg, server_of, csr, progress=progress)
+            weights = loss_weights(plans, data.train_mask)
+    # one server at a time: what a server's shards hold is built when it is yielded, so a writer
+    # that stores and drops them holds one server's data, not every server's
     for s in range(S):
-        yield [RankShard(s * G + d, s, d, train_parts[s * G + d], eval_parts[s * G + d], sources[s * G + d])
-               for d in range(G)]
+        source = None
+        if sampled_source:
+            # the EAS expansion reads in-edges up to eas_hops out: an (eas_hops + 1)-hop closure holds them
+            hops = cfg.eas_hops + 1 if cfg.mode == "eas" else None
+            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts, hops)
+        shards = []
+        for d in range(G):
+            r = s * G + d
+            eval_part = graph_part(evals[r], data, stats)
+            train: list[GraphPart] = []
+            if cfg.mode == "full":
+                train = [GraphPart(**{**eval_part.__dict__, "weight": weights[r][0]})]
+                train[0].graph = _with_meta(evals[r], scope="world", purpose="halo")
+            elif plans is not None:
+                for g, w in zip(plans[r], weights[r]):
+                    g.meta.update(scope="intra", purpose="halo")
+                    train.append(graph_part(g, data, stats, w))
+            rank_source = minibatch_source(data, csr, owner_of, r, P, cfg, stats) if owner_of is not None else source
+            shards.append(RankShard(r, s, d, train, eval_part, rank_source))
+        yield shards
 
 
 def evals_owner(evals: list[OneHopGraph], num_nodes: int) -> torch.Tensor:
