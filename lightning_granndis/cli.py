@@ -160,6 +160,7 @@ def partition_main(argv: list[str]) -> int:
     import shlex
 
     from lightning_granndis.datamodules.graph_store import partition_dataset
+    from lightning_granndis.graph.store.shards import MODES
 
     parser = argparse.ArgumentParser(prog="granndis partition", description=(
         "Partition a graph once into a graph store: one shard per server with exactly what it trains on, "
@@ -169,7 +170,7 @@ def partition_main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="store directory")
     parser.add_argument("--servers", type=int, required=True)
     parser.add_argument("--devices", type=int, required=True, help="devices (ranks) per server")
-    parser.add_argument("--mode", required=True, choices=["flx", "eas", "cob", "full", "minibatch"],
+    parser.add_argument("--mode", required=True, choices=MODES,
                         help="GraNNDis mode, or full (gnn_fb_base) / minibatch (gnn_mb_base)")
     parser.add_argument("--hops", type=int, default=3, help="the model's message-passing layers (default 3)")
     parser.add_argument("--fanout", type=int, default=None)

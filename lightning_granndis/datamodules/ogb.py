@@ -106,7 +106,7 @@ class OGBNodeDataModule(pl.LightningDataModule):
         info = master[self.name]
         if info["is hetero"] == "True":
             raise ValueError(f"{self.name} is heterogeneous; OGBNodeDataModule loads homogeneous graphs.")
-        folder = self.root / self.name.replace("-", "_")
+        folder = self.dataset_dir
         raw = "data.npz" if info["binary"] == "True" else "edge.csv.gz"
         if not ((folder / "processed" / "geometric_data_processed.pt").exists() or (folder / "raw" / raw).exists()):
             raise FileNotFoundError(
@@ -130,16 +130,21 @@ class OGBNodeDataModule(pl.LightningDataModule):
         if self.store is None:
             self._dataset()
 
+    @property
+    def dataset_dir(self) -> Path:
+        """The dataset's folder in OGB's layout (``raw/``, ``processed/``)."""
+        return self.root / self.name.replace("-", "_")
+
     def processed_file(self) -> Path:
         """The file OGB's loader reads the processed graph from."""
-        return self.root / self.name.replace("-", "_") / "processed" / "geometric_data_processed.pt"
+        return self.dataset_dir / "processed" / "geometric_data_processed.pt"
 
     def _check_fits(self) -> None:
         """Refuses, on every rank alike, to load a graph that every local process would hold
         whole when they would not fit in this machine's memory together."""
         trainer = getattr(self, "trainer", None)
         local = int(getattr(trainer, "num_devices", 1) or 1) if trainer is not None else 1
-        counts = self.root / self.name.replace("-", "_") / "raw" / "num-edge-list.csv.gz"
+        counts = self.dataset_dir / "raw" / "num-edge-list.csv.gz"
         if local <= 1 or not counts.exists():
             return
         import pandas as pd

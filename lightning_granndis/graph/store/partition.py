@@ -18,10 +18,9 @@ import torch
 
 from lightning_granndis.graph.plan import PlanConfig
 from lightning_granndis.graph.store.files import FORMAT, VERSION, commit_manifest, shard_blob, structure_blob, write_file
-from lightning_granndis.graph.store.shards import build_shards
+from lightning_granndis.graph.store.shards import MODES, build_shards
 from lightning_granndis.graph.validation import validate_graph
 
-MODES = ("flx", "eas", "cob", "full", "minibatch")
 #: the parameters each mode's shards depend on (beyond mode, servers, devices and seed)
 _RELEVANT = {
     "flx": ("hops",),

@@ -28,8 +28,8 @@ from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import preloaded_subgraph
 
 SPLITS = ("train_mask", "val_mask", "test_mask")
-#: modes whose training (co-)batches are drawn every epoch from a sampling source
-SAMPLED = ("cob", "minibatch")
+#: what a store (and :func:`build_shards`) can be made for: the GraNNDis modes, FB_base, MB_base
+MODES = ("flx", "eas", "cob", "full", "minibatch")
 
 
 @dataclass
@@ -171,8 +171,8 @@ def build_shards(data, cfg: PlanConfig, progress: bool = False) -> Iterator[list
     ``minibatch`` (MB_base)."""
     S, G = cfg.servers, cfg.devices_per_server
     P = S * G
-    if cfg.mode not in ("flx", "eas", "cob", "full", "minibatch"):
-        raise ValueError(f"unknown mode {cfg.mode!r}; choose flx, eas, cob, full or minibatch.")
+    if cfg.mode not in MODES:
+        raise ValueError(f"unknown mode {cfg.mode!r}; choose one of {', '.join(MODES)}.")
     stats = degree_stats(data.edge_index, data.num_nodes)
     csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     evals = eval_plan(data, P, cfg.seed, cfg.cache_dir)
