@@ -276,7 +276,7 @@ def run_row(preset: str, row: str, tmp: Path, store: str | None) -> dict:
     return result
 
 
-def run_preset(preset: str, tmp: Path) -> dict:
+def run_preset(preset: str, tmp: Path, rows: tuple[str, ...] = ROWS, sampler_too: bool = True) -> dict:
     from lightning_granndis.datamodules import OGBNodeDataModule
 
     dataset = f"synthetic-{preset}"
@@ -284,7 +284,7 @@ def run_preset(preset: str, tmp: Path) -> dict:
     OGBNodeDataModule(dataset, root=str(DATA)).prepare_data()  # generated once, then cached under data/
     res: dict = {"prepare_s": time.perf_counter() - t0}
     manifest_info = None
-    for row in ROWS:
+    for row in rows:
         entry: dict = {}
         store = None
         if row in STORE_MODE:
@@ -300,12 +300,13 @@ def run_preset(preset: str, tmp: Path) -> dict:
         entry.update(run_row(preset, row, tmp, store))
         res[row] = entry
         print(f"    {row}: {json.dumps({k: v for k, v in entry.items() if k != 'partition'})[:400]}", flush=True)
-    out = tmp / f"{preset}_sampler"
-    out.mkdir(exist_ok=True)
-    status, tail = _run(_worker_cmd("sampler", str(out), dataset), out / "log.txt", timeout=3600)
-    res["sampler"] = json.loads((out / "rank0.json").read_text()) if status == "ok" else {"status": status,
-                                                                                         "reason": _reason(tail)}
-    res["sampler_speedup"] = res["sampler"].get("sampler_speedup")
+    if sampler_too:
+        out = tmp / f"{preset}_sampler"
+        out.mkdir(exist_ok=True)
+        status, tail = _run(_worker_cmd("sampler", str(out), dataset), out / "log.txt", timeout=3600)
+        res["sampler"] = json.loads((out / "rank0.json").read_text()) if status == "ok" else {"status": status,
+                                                                                             "reason": _reason(tail)}
+        res["sampler_speedup"] = res["sampler"].get("sampler_speedup")
     if manifest_info:
         res["num_nodes"], res["num_edges"] = manifest_info["num_nodes"], manifest_info["num_edges"]
     return res
@@ -432,6 +433,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="small,arxiv,arxiv4x,products")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", default=",".join(ROWS) + ",sampler",
+                        help="rows to run (and 'sampler'); with fewer than all, the others are kept from the "
+                             "committed results file")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the markdown and plot from benchmarks/results/gnn_scale.json")
     args = parser.parse_args()
@@ -446,15 +450,25 @@ def main() -> None:
             dataset, row, store, epochs, seed, limit = rest
             return ranks(Path(out), dataset, row, store, int(epochs), int(seed), int(limit) or None)
         return sampler(Path(out), rest[0])
-    res: dict = {}
+    wanted = args.rows.split(",")
+    rows = tuple(r for r in ROWS if r in wanted)
+    partial = set(wanted) != set(ROWS) | {"sampler"}
+    committed = Path(__file__).parent / "results" / "gnn_scale.json"
+    res: dict = json.loads(committed.read_text()) if partial and committed.exists() else {}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets.split(","):
-            res[preset] = run_preset(preset, Path(tmp))
+            fresh = run_preset(preset, Path(tmp), rows, "sampler" in wanted)
+            res[preset] = {**res.get(preset, {}), **fresh}
             print(f"=== {preset} done at {time.perf_counter() - t0:.0f}s", flush=True)
     res["papers100m_what_if"] = papers100m_what_if()
-    res["meta"] = {"world": WORLD, "servers": SERVERS, "devices": DEVICES, "hidden": HIDDEN, "layers": LAYERS,
-                   "epochs": EPOCHS, "seeds": SEEDS, "limit": LIMIT, "wall_s": time.perf_counter() - t0}
+    meta = {"world": WORLD, "servers": SERVERS, "devices": DEVICES, "hidden": HIDDEN, "layers": LAYERS,
+            "epochs": EPOCHS, "seeds": SEEDS, "limit": LIMIT, "wall_s": time.perf_counter() - t0}
+    if partial:  # which rows this run re-measured, beside the earlier full run's settings
+        meta = {**res.get("meta", {}), "rerun": [*res.get("meta", {}).get("rerun", []),
+                                                 {"presets": args.presets, "rows": wanted,
+                                                  "wall_s": meta["wall_s"]}]}
+    res["meta"] = meta
     save_results("gnn_scale", res, report(res), lambda path: plot(res, path))
 
 

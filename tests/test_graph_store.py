@@ -194,3 +194,29 @@ def test_two_nodes_each_with_only_their_servers_shard_train_exactly(root, flx_st
         assert torch.allclose(torch.tensor(r["logits"]), ref["logits"][torch.tensor(r["ids"])], atol=1e-5, rtol=0)
         for key, value in ref["params"].items():
             assert torch.allclose(torch.tensor(r["params"][key]), value, atol=1e-5, rtol=0), key
+
+
+def test_a_cob_source_splits_inner_vertices_by_metis_and_outer_ones_with_a_nearer_neighbour(root):
+    from lightning_granndis.graph.partition import metis_partition
+    from lightning_granndis.graph.plan import server_assignment
+    from lightning_granndis.graph.sampling import CSRGraph
+    from lightning_granndis.graph.server_subgraph import preloaded_subgraph
+    from lightning_granndis.graph.store.shards import closure_owner
+
+    dm = OGBNodeDataModule("synthetic-tiny", root=str(root))
+    dm.setup()
+    d = dm.data
+    server_of = server_assignment(d.edge_index, d.num_nodes, 2, d.train_mask)
+    sub = preloaded_subgraph(CSRGraph.from_edge_index(d.edge_index, d.num_nodes), (server_of == 0).nonzero().flatten(), 3)
+    owner = closure_owner(sub, d.train_mask[sub.n_id], 2)
+    assert owner.shape == (sub.num_nodes,) and set(owner.unique().tolist()) == {0, 1}
+    inner = (sub.hop == 0).nonzero().flatten()
+    src, dst = sub.edge_index
+    among = (sub.hop[src] == 0) & (sub.hop[dst] == 0)  # inner vertices come first in a closure
+    expected = metis_partition(sub.edge_index[:, among], inner.numel(), 2, train_mask=d.train_mask[sub.n_id[inner]])
+    assert torch.equal(owner[inner], expected.assignment)
+    outer = (sub.hop > 0).nonzero().flatten()
+    assert outer.numel() > 0
+    for u in outer.tolist():  # shares a device with an in-neighbour one hop nearer
+        nearer = dst[(src == u) & (sub.hop[dst] == sub.hop[u] - 1)]
+        assert nearer.numel() > 0 and int(owner[u]) == int(owner[int(nearer.min())])

@@ -102,3 +102,17 @@ def test_layer_edges_skip_aggregations_the_next_layer_masks():
     assert dst_hops == [[0, 1, 2], [0, 1], [0]]
     approx = split_one_hop(edge_index, torch.arange(4), torch.zeros(4, dtype=torch.long), 1, hop=hop)[0]
     assert approx.layer_edge_index(2, 3) is approx.edge_index
+
+
+def test_parts_built_one_at_a_time_in_any_order_equal_the_whole_split():
+    from lightning_granndis.graph.one_hop import OneHopSplit
+
+    edge_index, _ = random_graph(seed=3)
+    owner = torch.randint(0, 4, (300,), generator=torch.Generator().manual_seed(3))
+    whole = split_one_hop(edge_index, torch.arange(300), owner, 4)
+    split = OneHopSplit(edge_index, torch.arange(300), owner, 4)
+    for p in (3, 1, 0, 2):
+        g = split.graph(p)
+        for name in ("n_id", "edge_index", "send_index", "hop", "seed"):
+            assert torch.equal(getattr(g, name), getattr(whole[p], name))
+        assert (g.send_splits, g.recv_splits, g.n_owned) == (whole[p].send_splits, whole[p].recv_splits, whole[p].n_owned)

@@ -62,10 +62,9 @@ def degree_stats(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
     """``[N, 3]``: every vertex's in-degree without self loops, whether it has a self loop, and its
     in-degree with them — what GCN's normalisation needs from the whole graph."""
     src, dst = edge_index
-    loop = src == dst
-    no_loop = torch.bincount(dst[~loop], minlength=num_nodes)
-    has_loop = torch.bincount(dst[loop], minlength=num_nodes) > 0
-    return torch.stack([no_loop, has_loop.long(), torch.bincount(dst, minlength=num_nodes)], 1)
+    loops = torch.bincount(dst[src == dst], minlength=num_nodes)  # loops are few: no E-sized copy
+    degree = torch.bincount(dst, minlength=num_nodes)
+    return torch.stack([degree - loops, (loops > 0).long(), degree], 1)
 
 
 def gcn_degree(stats: torch.Tensor, fill_value: float = 1.0, add_self_loops: bool = True) -> torch.Tensor:

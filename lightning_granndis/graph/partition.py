@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from lightning_granndis.graph.csr import csr_from_sorted_keys, sorted_keys
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -56,20 +58,20 @@ class Partition:
 def to_csr(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric, self-loop-free, de-duplicated CSR ``(rowptr [N+1], col [nnz])``."""
     row, col = edge_index
-    keep = row != col
-    row, col = torch.cat([row[keep], col[keep]]), torch.cat([col[keep], row[keep]])
-    key = torch.unique(row * num_nodes + col)
-    row, col = key // num_nodes, key % num_nodes
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-    rowptr[1:] = torch.cumsum(torch.bincount(row, minlength=num_nodes), 0)
-    return rowptr, col
+    return csr_from_sorted_keys(sorted_keys(row, col, num_nodes, symmetric=True, drop_loops=True), num_nodes,
+                                unique=True)
 
 
-def _quality(assignment: torch.Tensor, edge_index: torch.Tensor, num_nodes: int, num_parts: int,
-             train_mask: torch.Tensor | None, method: str) -> Partition:
-    rowptr, col = to_csr(edge_index, num_nodes)
-    row = torch.repeat_interleave(torch.arange(num_nodes), rowptr[1:] - rowptr[:-1])
-    cut = int((assignment[row] != assignment[col]).sum()) // 2
+def _quality(assignment: torch.Tensor, csr: tuple[torch.Tensor, torch.Tensor], num_nodes: int, num_parts: int,
+             train_mask: torch.Tensor | None, method: str, chunk: int = 2**18) -> Partition:
+    rowptr, col = csr
+    cut = 0
+    for v0 in range(0, num_nodes, chunk):  # by vertex ranges: no nnz-sized row index
+        v1 = min(num_nodes, v0 + chunk)
+        lo, hi = int(rowptr[v0]), int(rowptr[v1])
+        row = torch.repeat_interleave(assignment[v0:v1], rowptr[v0 + 1:v1 + 1] - rowptr[v0:v1])
+        cut += int((row != assignment[col[lo:hi]]).sum())
+    cut //= 2
     sizes = torch.bincount(assignment, minlength=num_parts).double()
     train_balance = None
     if train_mask is not None:
@@ -109,17 +111,18 @@ def metis_partition(
     """
     if num_parts < 1:
         raise ValueError(f"num_parts must be at least 1, got {num_parts}.")
+    csr = to_csr(edge_index, num_nodes)
     if num_parts == 1:
-        return _quality(torch.zeros(num_nodes, dtype=torch.long), edge_index, num_nodes, 1, train_mask, "metis")
+        return _quality(torch.zeros(num_nodes, dtype=torch.long), csr, num_nodes, 1, train_mask, "metis")
     cache = None
     if cache_dir is not None:
         cache = Path(cache_dir) / f"metis-{_cache_key(edge_index, num_nodes, num_parts, train_mask, seed)}.pt"
         if cache.exists():
             assignment = torch.load(cache, weights_only=True)
-            return _quality(assignment, edge_index, num_nodes, num_parts, train_mask, "metis")
+            return _quality(assignment, csr, num_nodes, num_parts, train_mask, "metis")
     import pymetis
 
-    rowptr, col = to_csr(edge_index, num_nodes)
+    rowptr, col = csr
     options = pymetis.Options(seed=seed)
     vweights = None
     if train_mask is not None:
@@ -133,7 +136,7 @@ def metis_partition(
         tmp = cache.with_suffix(f".tmp{os.getpid()}")
         torch.save(assignment, tmp)
         os.replace(tmp, cache)
-    return _quality(assignment, edge_index, num_nodes, num_parts, train_mask, "metis")
+    return _quality(assignment, csr, num_nodes, num_parts, train_mask, "metis")
 
 
 def random_partition(edge_index: torch.Tensor, num_nodes: int, num_parts: int,
@@ -142,4 +145,4 @@ def random_partition(edge_index: torch.Tensor, num_nodes: int, num_parts: int,
     g = torch.Generator().manual_seed(seed)
     assignment = torch.empty(num_nodes, dtype=torch.long)
     assignment[torch.randperm(num_nodes, generator=g)] = torch.arange(num_nodes) % num_parts
-    return _quality(assignment, edge_index, num_nodes, num_parts, train_mask, "random")
+    return _quality(assignment, to_csr(edge_index, num_nodes), num_nodes, num_parts, train_mask, "random")

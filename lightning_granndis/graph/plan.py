@@ -9,12 +9,13 @@ vertices) — the paper's §5.3.1 choice, where the artifact used a contiguous s
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from lightning_granndis.graph.one_hop import OneHopGraph, split_one_hop
+from lightning_granndis.graph.one_hop import OneHopGraph, OneHopSplit, split_one_hop
 from lightning_granndis.graph.partition import metis_partition
 from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import (
@@ -67,23 +68,27 @@ def server_assignment(edge_index: torch.Tensor, num_nodes: int, servers: int, tr
                            cache_dir=cache_dir).assignment
 
 
-def split_across_devices(sub: ServerSubgraph, devices: int, seed: int = 0) -> list[OneHopGraph]:
-    """METIS-partitions a server subgraph across its ``devices``, balanced on seed vertices."""
+def split_across_devices(sub: ServerSubgraph, devices: int, seed: int = 0,
+                         cache_dir: str | None = None) -> list[OneHopGraph]:
+    """METIS-partitions a server subgraph across its ``devices``, balanced on seed vertices
+    (cached by content in ``cache_dir``, when given)."""
     if devices == 1:
         owner = torch.zeros(sub.num_nodes, dtype=torch.long)
     else:
-        owner = metis_partition(sub.edge_index, sub.num_nodes, devices, train_mask=sub.seed, seed=seed).assignment
+        owner = metis_partition(sub.edge_index, sub.num_nodes, devices, train_mask=sub.seed, seed=seed,
+                                cache_dir=cache_dir).assignment
     return split_one_hop(sub.edge_index, sub.n_id, owner, devices, sub.hop, sub.seed, sub.exact_hops)
 
 
-def full_graph_plan(edge_index: torch.Tensor, num_nodes: int, world_size: int, train_mask: torch.Tensor | None,
-                    seed: int = 0, cache_dir: str | None = None) -> list[OneHopGraph]:
-    """The whole graph split across all ranks (METIS), halo among all of them: one graph per rank.
-    Consecutive METIS parts go to consecutive ranks, as PipeGCN does (no server awareness)."""
+def full_graph_split(edge_index: torch.Tensor, num_nodes: int, world_size: int, train_mask: torch.Tensor | None,
+                     seed: int = 0, cache_dir: str | None = None) -> OneHopSplit:
+    """The whole graph split across all ranks (METIS), halo among all of them: one graph per rank,
+    each built when asked for. Consecutive METIS parts go to consecutive ranks, as PipeGCN does (no
+    server awareness)."""
     owner = metis_partition(edge_index, num_nodes, world_size, train_mask=train_mask, seed=seed,
                             cache_dir=cache_dir).assignment if world_size > 1 else torch.zeros(num_nodes, dtype=torch.long)
     sub = whole_graph(num_nodes, edge_index)
-    return split_one_hop(sub.edge_index, sub.n_id, owner, world_size, sub.hop, sub.seed, None)
+    return OneHopSplit(sub.edge_index, sub.n_id, owner, world_size, sub.hop, sub.seed, None)
 
 
 def cob_iterations(server_of: torch.Tensor, train_mask: torch.Tensor, cfg: PlanConfig) -> int:
@@ -92,6 +97,44 @@ def cob_iterations(server_of: torch.Tensor, train_mask: torch.Tensor, cfg: PlanC
         return max(1, int(cfg.iterations))
     per_server = torch.bincount(server_of[train_mask], minlength=cfg.servers)
     return max(1, math.ceil(int(per_server.max()) / (cfg.batch_size * cfg.devices_per_server)))
+
+
+def server_plans(data, cfg: PlanConfig, server_of: torch.Tensor, graph: CSRGraph | None = None,
+                 progress: bool = True) -> Iterator[list[list[OneHopGraph]]]:
+    """Server by server (``0 .. S-1``), the plan of each of its ``G`` devices: ``G`` lists of one-hop
+    graphs, one per iteration of an epoch. A caller that stores and drops each server's plans holds
+    one server's at a time. Arguments as :func:`build_plan`."""
+    if cfg.mode not in MODES:
+        raise ValueError(f"unknown mode {cfg.mode!r}; choose one of {', '.join(MODES)}.")
+    graph = graph or CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+    S, G = cfg.servers, cfg.devices_per_server
+    generator = torch.Generator().manual_seed(cfg.seed)  # one stream, drawn server after server
+    iterations = cob_iterations(server_of, data.train_mask, cfg) if cfg.mode == "cob" else 1
+    steps = tqdm(total=S * iterations, desc=f"granndis: building {cfg.mode} plan", disable=not progress, leave=False)
+    for s in range(S):
+        inner = (server_of == s).nonzero().flatten()
+        if cfg.mode == "cob":
+            seeds = inner[data.train_mask[inner]]
+            seeds = seeds[torch.randperm(seeds.numel(), generator=generator)]
+            chunks = torch.tensor_split(seeds, iterations)
+        devices: list[list[OneHopGraph]] = [[] for _ in range(G)]
+        for it in range(iterations):
+            if cfg.mode == "flx":
+                sub = preloaded_subgraph(graph, inner, cfg.hops)
+            elif cfg.mode == "eas":
+                sub = expansion_subgraph(graph, inner, cfg.eas_hops, cfg.fanout or 15, cfg.weighted, generator)
+            else:
+                sub = sampled_subgraph(graph, chunks[it], cfg.fanout or 25, cfg.hops, generator=generator)
+            sizes = dict(server_vertices=sub.num_nodes, server_edges=int(sub.edge_index.shape[1]))
+            # one METIS per server for FLX/EAS is worth caching; CoB's per-co-batch ones are not
+            split = split_across_devices(sub, G, seed=cfg.seed, cache_dir=None if cfg.mode == "cob" else cfg.cache_dir)
+            del sub  # the split holds what is needed
+            for d, one_hop in enumerate(split):
+                one_hop.meta.update(server=s, iteration=it, **sizes)
+                devices[d].append(one_hop)
+            steps.update()
+        yield devices
+    steps.close()
 
 
 def build_plan(data, cfg: PlanConfig, server_of: torch.Tensor, graph: CSRGraph | None = None,
@@ -104,31 +147,4 @@ def build_plan(data, cfg: PlanConfig, server_of: torch.Tensor, graph: CSRGraph |
         server_of: ``[N]`` server of every vertex (:func:`server_assignment`).
         graph: in-neighbour CSR of ``data`` (built if not given).
     """
-    if cfg.mode not in MODES:
-        raise ValueError(f"unknown mode {cfg.mode!r}; choose one of {', '.join(MODES)}.")
-    graph = graph or CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-    S, G = cfg.servers, cfg.devices_per_server
-    generator = torch.Generator().manual_seed(cfg.seed)
-    iterations = cob_iterations(server_of, data.train_mask, cfg) if cfg.mode == "cob" else 1
-    plans: list[list[OneHopGraph]] = [[] for _ in range(S * G)]
-    steps = tqdm(total=S * iterations, desc=f"granndis: building {cfg.mode} plan", disable=not progress, leave=False)
-    for s in range(S):
-        inner = (server_of == s).nonzero().flatten()
-        if cfg.mode == "cob":
-            seeds = inner[data.train_mask[inner]]
-            seeds = seeds[torch.randperm(seeds.numel(), generator=generator)]
-            chunks = torch.tensor_split(seeds, iterations)
-        for it in range(iterations):
-            if cfg.mode == "flx":
-                sub = preloaded_subgraph(graph, inner, cfg.hops)
-            elif cfg.mode == "eas":
-                sub = expansion_subgraph(graph, inner, cfg.eas_hops, cfg.fanout or 15, cfg.weighted, generator)
-            else:
-                sub = sampled_subgraph(graph, chunks[it], cfg.fanout or 25, cfg.hops, generator=generator)
-            for d, one_hop in enumerate(split_across_devices(sub, G, seed=cfg.seed)):
-                one_hop.meta.update(server=s, iteration=it, server_vertices=sub.num_nodes,
-                                    server_edges=int(sub.edge_index.shape[1]))
-                plans[s * G + d].append(one_hop)
-            steps.update()
-    steps.close()
-    return plans
+    return [plan for devices in server_plans(data, cfg, server_of, graph, progress) for plan in devices]

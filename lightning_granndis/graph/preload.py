@@ -33,8 +33,10 @@ def preload_dependencies(graph: CSRGraph, inner: torch.Tensor, hops: int) -> tup
     for h in range(1, hops + 1):
         if frontier.numel() == 0:
             break
-        _, nbr = graph.neighbours(frontier)
-        new = torch.unique(nbr[dist[nbr] < 0])
+        reached = torch.zeros(n, dtype=torch.bool)
+        for part in graph.vertex_chunks(frontier):  # bounded gathers on a large frontier
+            reached[graph.neighbours(part)[1]] = True
+        new = (reached & (dist < 0)).nonzero().flatten()  # ascending, as torch.unique's
         dist[new] = h
         layers.append(new)
         frontier = new

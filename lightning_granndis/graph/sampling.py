@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lightning_granndis.graph.csr import csr_from_sorted_keys, sorted_keys
+
 
 @dataclass
 class CSRGraph:
@@ -34,14 +36,19 @@ class CSRGraph:
     @classmethod
     def from_edge_index(cls, edge_index: torch.Tensor, num_nodes: int) -> "CSRGraph":
         src, dst = edge_index
-        order = torch.argsort(dst * num_nodes + src)
-        rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-        rowptr[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
-        return cls(rowptr, src[order].contiguous(), num_nodes)
+        # neighbours in ascending order (a sort of dst * N + src) without an argsort's index array
+        rowptr, col = csr_from_sorted_keys(sorted_keys(dst, src, num_nodes), num_nodes)
+        return cls(rowptr, col, num_nodes)
 
     @property
     def degree(self) -> torch.Tensor:
         return self.rowptr[1:] - self.rowptr[:-1]
+
+    def vertex_chunks(self, vertices: torch.Tensor, slots: int = 2**23) -> list[torch.Tensor]:
+        """``vertices`` in consecutive pieces of about ``slots`` neighbour slots each, so gathering
+        a large set's neighbours piece by piece keeps every temporary bounded."""
+        total = int((self.rowptr[vertices + 1] - self.rowptr[vertices]).sum()) if vertices.numel() else 0
+        return list(torch.tensor_split(vertices, max(1, -(-total // slots))))
 
     def neighbours(self, vertices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(owner, neighbour)`` of every neighbour slot of ``vertices``; ``owner`` indexes
@@ -49,8 +56,9 @@ class CSRGraph:
         starts = self.rowptr[vertices]
         deg = self.rowptr[vertices + 1] - starts
         owner = torch.repeat_interleave(torch.arange(len(vertices)), deg)
-        offset = torch.arange(int(deg.sum())) - torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
-        return owner, self.col[starts[owner] + offset]
+        # slot i of vertex k sits at starts[k] + (i - first slot of k): one gather of the shifts
+        shift = (starts - (torch.cumsum(deg, 0) - deg))[owner]
+        return owner, self.col[shift.add_(torch.arange(owner.numel()))]
 
 
 def _smallest_k_per_group(group: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:
@@ -143,8 +151,9 @@ def sample_subgraph(
     local[n_id] = torch.arange(len(n_id))
     if induced:
         owner, nbr = graph.neighbours(n_id)
-        inset = local[nbr] >= 0
-        edge_index = torch.stack([local[nbr[inset]], owner[inset]])
+        nbr = local[nbr]
+        inset = nbr >= 0
+        edge_index = torch.stack([nbr[inset], owner[inset]])
     elif src_parts:
         edge_index = torch.stack([local[torch.cat(src_parts)], local[torch.cat(dst_parts)]])
     else:

@@ -45,9 +45,12 @@ def _local(n_id: torch.Tensor, num_nodes: int) -> torch.Tensor:
 
 def _in_edges_within(graph: CSRGraph, n_id: torch.Tensor, targets: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
     """Every edge ``u → v`` with ``v = n_id[targets]`` and ``u`` in the subgraph, in local ids."""
-    owner, nbr = graph.neighbours(n_id[targets])
-    keep = local[nbr] >= 0
-    return torch.stack([local[nbr[keep]], targets[owner[keep]]])
+    parts = []
+    for chunk in graph.vertex_chunks(targets):  # bounded gathers: a closure can hold most of E
+        owner, nbr = graph.neighbours(n_id[chunk])
+        keep = local[nbr] >= 0
+        parts.append(torch.stack([local[nbr[keep]], chunk[owner[keep]]]))
+    return torch.cat(parts, 1) if parts else torch.empty(2, 0, dtype=torch.long)
 
 
 def preloaded_subgraph(graph: CSRGraph, inner: torch.Tensor, hops: int) -> ServerSubgraph:

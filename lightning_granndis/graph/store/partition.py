@@ -102,6 +102,7 @@ def partition_graph(data, out: str | os.PathLike, mode: str, servers: int, devic
         full_weights += [sh.train[0].weight if sh.train else 1.0 for sh in server_shards]
         if mode == "minibatch" and structure is None:
             structure = write_file(out, f"structure.{generation}.pt", structure_blob(server_shards[0].source))
+        del server_shards  # written: dropped before the next server's are built
     manifest = {
         "format": FORMAT, "version": VERSION, "generation": generation, "dataset": dataset, "source": source,
         "fingerprint": fingerprint(data), "params": params, "num_nodes": int(data.num_nodes),

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import torch
 
 from lightning_granndis.graph.masking import degree_stats
-from lightning_granndis.graph.one_hop import OneHopGraph
+from lightning_granndis.graph.one_hop import OneHopGraph, OneHopSplit
 from lightning_granndis.graph.partition import metis_partition
-from lightning_granndis.graph.plan import PlanConfig, build_plan, full_graph_plan, server_assignment
+from lightning_granndis.graph.plan import PlanConfig, full_graph_split, server_assignment, server_plans
 from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import preloaded_subgraph
 
@@ -103,14 +103,12 @@ def graph_part(graph: OneHopGraph, data, stats: torch.Tensor, weight: float = 1.
                      stats[graph.n_id].contiguous(), weight)
 
 
-def loss_weights(plans: list[list[OneHopGraph]], train_mask: torch.Tensor) -> list[list[float]]:
-    """Per rank and iteration, ``n_r P / N``: the factor turning the rank's mean loss over its
-    ``n_r`` seeds into its share of the mean over all ``N`` seeds of the iteration (DDP then
-    averages over the ``P`` ranks)."""
-    P = len(plans)
-    counts = torch.tensor([[int((train_mask[g.n_id[: g.n_owned]] & g.seed).sum()) for g in graphs]
-                           for graphs in plans], dtype=torch.double)
-    return (counts * P / counts.sum(0).clamp_min(1)).tolist()
+def seed_weights(counts: torch.Tensor) -> torch.Tensor:
+    """``[P, iterations]`` loss weights ``n_r P / N`` from the seed counts ``n_r`` of every rank
+    and iteration: the factor turning a rank's mean loss over its ``n_r`` seeds into its share of
+    the mean over all ``N`` seeds of the iteration (DDP then averages over the ``P`` ranks)."""
+    counts = counts.double()
+    return counts * counts.shape[0] / counts.sum(0).clamp_min(1)
 
 
 def chunk_sizes(count: int, chunks: int) -> list[int]:
@@ -124,31 +122,65 @@ def iterations_for(seed_counts: list[int], seeds_per_batch: int, iterations: int
     return max(1, math.ceil(max(seed_counts, default=0) / max(1, seeds_per_batch)))
 
 
-def eval_plan(data, world_size: int, seed: int = 0, cache_dir: str | None = None) -> list[OneHopGraph]:
-    graphs = full_graph_plan(data.edge_index, data.num_nodes, world_size, data.train_mask, seed, cache_dir)
-    for g in graphs:
-        g.meta.update(scope="world", purpose="eval")
-    return graphs
+def eval_split(data, world_size: int, seed: int = 0, cache_dir: str | None = None) -> OneHopSplit:
+    return full_graph_split(data.edge_index, data.num_nodes, world_size, data.train_mask, seed, cache_dir)
+
+
+def eval_graph(split: OneHopSplit, rank: int, **meta) -> OneHopGraph:
+    graph = split.graph(rank)
+    graph.meta.update(scope="world", purpose="eval", **meta)
+    return graph
 
 
 def server_source(data, csr: CSRGraph, inner: torch.Tensor, cfg: PlanConfig, seed_counts: list[int],
-                  hops: int | None = None) -> SamplingSource:
+                  stats: torch.Tensor, hops: int | None = None) -> SamplingSource:
     """A server's sampling source: its inner vertices' ``hops``-hop closure (default ``L``: every
-    vertex a sampled co-batch can reach), split across the server's devices once (METIS, balanced
-    on its seeds)."""
+    vertex a sampled co-batch can reach), split across the server's devices once
+    (:func:`closure_owner`)."""
     sub = preloaded_subgraph(csr, inner, hops or cfg.hops)
-    local_csr = CSRGraph.from_edge_index(sub.edge_index, sub.num_nodes)
     inner_local = (sub.hop == 0).nonzero().flatten()
     seeds = inner_local[data.train_mask[sub.n_id[inner_local]]]
     G = cfg.devices_per_server
-    is_seed = torch.zeros(sub.num_nodes, dtype=torch.bool)
-    is_seed[seeds] = True
-    owner = (metis_partition(sub.edge_index, sub.num_nodes, G, train_mask=is_seed, seed=cfg.seed).assignment
-             if G > 1 else torch.zeros(sub.num_nodes, dtype=torch.long))
+    owner = closure_owner(sub, data.train_mask[sub.n_id], G, cfg.seed, cfg.cache_dir)
+    local_csr = CSRGraph.from_edge_index(sub.edge_index, sub.num_nodes)
+    n_id = sub.n_id
+    del sub  # the closure's edge list: the CSR holds them now
     iterations = iterations_for(seed_counts, cfg.batch_size * G, cfg.iterations)
-    return SamplingSource(local_csr, sub.n_id, seeds, owner, data.x[sub.n_id].contiguous(),
-                          data.y[sub.n_id].contiguous(), degree_stats(data.edge_index, data.num_nodes)[sub.n_id],
-                          seed_counts, iterations, inner=inner_local)
+    return SamplingSource(local_csr, n_id, seeds, owner, data.x[n_id].contiguous(), data.y[n_id].contiguous(),
+                          stats[n_id], seed_counts, iterations, inner=inner_local)
+
+
+def closure_owner(sub, is_train: torch.Tensor, devices: int, seed: int = 0,
+                  cache_dir: str | None = None) -> torch.Tensor:
+    """``[n]`` device of every vertex of a server's closure ``sub``: METIS over the server's inner
+    vertices (balanced on its training seeds, as the paper splits a server's graph), and each outer
+    vertex goes with a neighbour one hop nearer the inner set (the one with the lowest local id).
+
+    METIS over the whole closure would cost far more: at ogbn-products size a 2-hop closure of
+    half the graph is the whole graph, and METIS over it needs ~12 GB.
+    """
+    n = sub.num_nodes
+    if devices == 1:
+        return torch.zeros(n, dtype=torch.long)
+    hop = sub.hop
+    inner = (hop == 0).nonzero().flatten()
+    index = torch.full((n,), -1, dtype=torch.long)
+    index[inner] = torch.arange(inner.numel())
+    src, dst = sub.edge_index
+    among = (hop[src] == 0) & (hop[dst] == 0)
+    inner_edges = torch.stack([index[src[among]], index[dst[among]]])
+    del among
+    owner = torch.full((n,), -1, dtype=torch.long)
+    owner[inner] = metis_partition(inner_edges, inner.numel(), devices, train_mask=is_train[inner], seed=seed,
+                                   cache_dir=cache_dir).assignment
+    del inner_edges
+    for h in range(1, int(hop.max()) + 1 if n else 0):
+        # an edge u -> v with u one hop further out than v: u was reached from v
+        out = (hop[src] == h) & (hop[dst] == h - 1)
+        nearest = torch.full((n,), n, dtype=torch.long).scatter_reduce(0, src[out], dst[out], "amin")
+        reached = (hop == h).nonzero().flatten()
+        owner[reached] = owner[nearest[reached]]
+    return owner
 
 
 def minibatch_source(data, csr: CSRGraph, owner_of: torch.Tensor, rank: int, world_size: int, cfg: PlanConfig,
@@ -168,57 +200,64 @@ def minibatch_source(data, csr: CSRGraph, owner_of: torch.Tensor, rank: int, wor
 def build_shards(data, cfg: PlanConfig, progress: bool = False) -> Iterator[list[RankShard]]:
     """The shards of every rank, one server at a time (``S`` lists of ``G``), so a writer can
     stream them to disk. ``cfg.mode``: ``flx``, ``eas``, ``cob``, ``full`` (FB_base) or
-    ``minibatch`` (MB_base)."""
+    ``minibatch`` (MB_base).
+
+    Beside the whole graph and its CSR, only the server being yielded is in memory: its plans,
+    eval parts and sampling source are built when it is yielded, so a writer that stores and drops
+    them holds one server's data, not every server's."""
     S, G = cfg.servers, cfg.devices_per_server
     P = S * G
     if cfg.mode not in MODES:
         raise ValueError(f"unknown mode {cfg.mode!r}; choose one of {', '.join(MODES)}.")
     stats = degree_stats(data.edge_index, data.num_nodes)
     csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-    evals = eval_plan(data, P, cfg.seed, cfg.cache_dir)
+    evals = eval_split(data, P, cfg.seed, cfg.cache_dir)
     sampled_source = cfg.mode == "cob" or (cfg.mode == "eas" and cfg.resample == "epoch")
-    server_of = counts = plans = weights = owner_of = None
+    server_of = counts = plans = weights = None
+    n_train = int(data.train_mask.sum())
     if cfg.mode == "full":
-        weights = loss_weights([[g] for g in evals], data.train_mask)
-    elif cfg.mode == "minibatch":
-        owner_of = evals_owner(evals, data.num_nodes)
-    else:
+        seeds = torch.tensor([[int(data.train_mask[rows].sum())] for rows in evals.owned])
+        weights = seed_weights(seeds)[:, 0].tolist()
+    elif cfg.mode != "minibatch":
         server_of = server_assignment(data.edge_index, data.num_nodes, S, data.train_mask, cfg.seed, cfg.cache_dir)
         counts = torch.bincount(server_of[data.train_mask], minlength=S).tolist()
-        if not sampled_source:  # FLX, EAS sampled once: the plan of every server at once
-            plans = build_plan(data, cfg, server_of, csr, progress=progress)
-            weights = loss_weights(plans, data.train_mask)
-    # one server at a time: what a server's shards hold is built when it is yielded, so a writer
-    # that stores and drops them holds one server's data, not every server's
+        if not sampled_source:  # FLX, EAS sampled once: every inner training vertex is a seed once
+            plans = server_plans(data, cfg, server_of, csr, progress=progress)
     for s in range(S):
-        source = None
+        source = server_plan = None
         if sampled_source:
             # the EAS expansion reads in-edges up to eas_hops out: an (eas_hops + 1)-hop closure holds them
             hops = cfg.eas_hops + 1 if cfg.mode == "eas" else None
-            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts, hops)
-        shards = []
-        for d in range(G):
-            r = s * G + d
-            eval_part = graph_part(evals[r], data, stats)
-            train: list[GraphPart] = []
-            if cfg.mode == "full":
-                train = [GraphPart(**{**eval_part.__dict__, "weight": weights[r][0]})]
-                train[0].graph = _with_meta(evals[r], scope="world", purpose="halo")
-            elif plans is not None:
-                for g, w in zip(plans[r], weights[r]):
-                    g.meta.update(scope="intra", purpose="halo")
-                    train.append(graph_part(g, data, stats, w))
-            rank_source = minibatch_source(data, csr, owner_of, r, P, cfg, stats) if owner_of is not None else source
-            shards.append(RankShard(r, s, d, train, eval_part, rank_source))
+            source = server_source(data, csr, (server_of == s).nonzero().flatten(), cfg, counts, stats, hops)
+        elif plans is not None:
+            server_plan = next(plans)
+        shards = [_rank_shard(data, cfg, csr, stats, evals, s, d, server_plan, source, weights, n_train)
+                  for d in range(G)]
+        del source, server_plan  # the shards hold them: dropped with the shards once written
         yield shards
+        del shards
 
 
-def evals_owner(evals: list[OneHopGraph], num_nodes: int) -> torch.Tensor:
-    """``[N]`` rank owning each vertex in the full-graph split (MB_base's feature partition)."""
-    owner = torch.empty(num_nodes, dtype=torch.long)
-    for r, g in enumerate(evals):
-        owner[g.n_id[: g.n_owned]] = r
-    return owner
+def _rank_shard(data, cfg: PlanConfig, csr: CSRGraph, stats: torch.Tensor, evals: OneHopSplit, s: int, d: int,
+                server_plan: list[list[OneHopGraph]] | None, source: SamplingSource | None,
+                weights: list[float] | None, n_train: int) -> RankShard:
+    P = cfg.servers * cfg.devices_per_server
+    r = s * cfg.devices_per_server + d
+    eval_part = graph_part(eval_graph(evals, r), data, stats)
+    train: list[GraphPart] = []
+    if cfg.mode == "full":
+        train = [GraphPart(**{**eval_part.__dict__, "weight": weights[r]})]
+        train[0].graph = _with_meta(eval_part.graph, scope="world", purpose="halo")
+    elif server_plan is not None:
+        for g in server_plan[d]:
+            g.meta.update(scope="intra", purpose="halo")
+            part = graph_part(g, data, stats)
+            # every training vertex is an inner seed of one server: n_r P / N with N all of them
+            part.weight = float(part.masks["train_mask"].sum()) * P / max(1, n_train)
+            train.append(part)
+    if cfg.mode == "minibatch":
+        source = minibatch_source(data, csr, evals.owner, r, P, cfg, stats)
+    return RankShard(r, s, d, train, eval_part, source)
 
 
 def _with_meta(graph: OneHopGraph, **meta) -> OneHopGraph:
