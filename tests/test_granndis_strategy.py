@@ -21,7 +21,8 @@ STEPS = 3
 STORE = ["st_flx:sage", "st_flx:gcn", "st_flx:gat", "st_fb:sage", "st_flx_ei:gcn", "st_fb_ei:gcn"]
 EXACT = ["flx:sage", "flx:gcn", "flx:gat", "fb:sage", "flx_ei:sage", "flx_ei:gcn", "fb_ei:gcn"] + STORE
 OTHERS = ["cob:sage", "eas:sage", "mb:sage", "fb_q8:sage", "eas_q4:sage"]
-ACCURACY = ["flx:sage:40", "eas:sage:40"]
+ACCURACY_SEEDS = (0, 1, 2)
+ACCURACY = [f"{mode}:sage:40" + (f":{seed}" if seed else "") for seed in ACCURACY_SEEDS for mode in ("flx", "eas")]
 #: EAS may differ from exact FLX by this much test accuracy on the tiny graph after 40 epochs
 #: (560 test vertices: one standard error of an accuracy near 0.55 is ~2 points).
 EAS_TOLERANCE = 0.05
@@ -130,10 +131,18 @@ def test_minibatch_baseline_fetches_remote_features(runs):
 
 
 def test_eas_accuracy_close_to_flx(runs):
-    flx, eas = runs["load"]("flx:sage:40"), runs["load"]("eas:sage:40")
-    assert len({r["test_acc"] for r in flx}) == 1  # gathered: every rank reports the same number
-    assert flx[0]["test_acc"] > 0.3  # it learned (8 classes: chance is ~0.125 at best)
-    assert abs(flx[0]["test_acc"] - eas[0]["test_acc"]) <= EAS_TOLERANCE
+    """EAS approximates FLX: test accuracy as a mean over seeds (one seed on this tiny graph moves
+    by ~0.05 either way: a handful of its test vertices)."""
+    means = {}
+    for mode in ("flx", "eas"):
+        accs = []
+        for seed in ACCURACY_SEEDS:
+            ranks = runs["load"](f"{mode}:sage:40" + (f":{seed}" if seed else ""))
+            assert len({r["test_acc"] for r in ranks}) == 1  # gathered: every rank reports the same number
+            accs.append(ranks[0]["test_acc"])
+        means[mode] = sum(accs) / len(accs)
+    assert means["flx"] > 0.3  # it learned (8 classes: chance is ~0.125 at best)
+    assert abs(means["flx"] - means["eas"]) <= EAS_TOLERANCE
 
 
 def test_time_breakdown_per_epoch(runs):

@@ -196,19 +196,19 @@ def test_two_nodes_each_with_only_their_servers_shard_train_exactly(root, flx_st
             assert torch.allclose(torch.tensor(r["params"][key]), value, atol=1e-5, rtol=0), key
 
 
-def test_a_cob_source_splits_inner_vertices_by_metis_and_outer_ones_with_a_nearer_neighbour(root):
+def test_inner_metis_owner_splits_inner_vertices_by_metis_and_outer_ones_follow_a_nearer_neighbour(root):
     from lightning_granndis.graph.partition import metis_partition
     from lightning_granndis.graph.plan import server_assignment
     from lightning_granndis.graph.sampling import CSRGraph
     from lightning_granndis.graph.server_subgraph import preloaded_subgraph
-    from lightning_granndis.graph.store.shards import closure_owner
+    from lightning_granndis.graph.plan import inner_metis_owner
 
     dm = OGBNodeDataModule("synthetic-tiny", root=str(root))
     dm.setup()
     d = dm.data
     server_of = server_assignment(d.edge_index, d.num_nodes, 2, d.train_mask)
     sub = preloaded_subgraph(CSRGraph.from_edge_index(d.edge_index, d.num_nodes), (server_of == 0).nonzero().flatten(), 3)
-    owner = closure_owner(sub, d.train_mask[sub.n_id], 2)
+    owner = inner_metis_owner(sub, 2, balance=d.train_mask[sub.n_id])
     assert owner.shape == (sub.num_nodes,) and set(owner.unique().tolist()) == {0, 1}
     inner = (sub.hop == 0).nonzero().flatten()
     src, dst = sub.edge_index

@@ -68,12 +68,49 @@ def server_assignment(edge_index: torch.Tensor, num_nodes: int, servers: int, tr
                            cache_dir=cache_dir).assignment
 
 
-def split_across_devices(sub: ServerSubgraph, devices: int, seed: int = 0,
-                         cache_dir: str | None = None) -> list[OneHopGraph]:
+def inner_metis_owner(sub: ServerSubgraph, devices: int, seed: int = 0, cache_dir: str | None = None,
+                      balance: torch.Tensor | None = None) -> torch.Tensor:
+    """``[n]`` device of every vertex of a server subgraph ``sub``: METIS over the server's inner
+    vertices (``hop == 0``; balanced on ``balance``, default ``sub.seed``), and each outer vertex
+    goes with a neighbour one hop nearer the inner set (the one with the lowest local id).
+
+    METIS over the whole subgraph costs far more where the subgraph reaches far out: at
+    ogbn-products size a 2-hop closure of half the graph is the whole graph, and METIS over it (or
+    over an EAS expansion of half of it) needs ~12 GB; over the inner vertices alone, a fraction.
+    """
+    n = sub.num_nodes
+    if devices == 1:
+        return torch.zeros(n, dtype=torch.long)
+    hop = sub.hop
+    inner = (hop == 0).nonzero().flatten()
+    index = torch.full((n,), -1, dtype=torch.long)
+    index[inner] = torch.arange(inner.numel())
+    src, dst = sub.edge_index
+    among = (hop[src] == 0) & (hop[dst] == 0)
+    inner_edges = torch.stack([index[src[among]], index[dst[among]]])
+    del among
+    owner = torch.full((n,), -1, dtype=torch.long)
+    owner[inner] = metis_partition(inner_edges, inner.numel(), devices, train_mask=(sub.seed if balance is None else balance)[inner], seed=seed,
+                                   cache_dir=cache_dir).assignment
+    del inner_edges
+    for h in range(1, int(hop.max()) + 1 if n else 0):
+        # an edge u -> v with u one hop further out than v: u was reached from v
+        out = (hop[src] == h) & (hop[dst] == h - 1)
+        nearest = torch.full((n,), n, dtype=torch.long).scatter_reduce(0, src[out], dst[out], "amin")
+        reached = (hop == h).nonzero().flatten()
+        owner[reached] = owner[nearest[reached]]
+    return owner
+
+
+def split_across_devices(sub: ServerSubgraph, devices: int, seed: int = 0, cache_dir: str | None = None,
+                         inner_only: bool = False) -> list[OneHopGraph]:
     """METIS-partitions a server subgraph across its ``devices``, balanced on seed vertices
-    (cached by content in ``cache_dir``, when given)."""
+    (cached by content in ``cache_dir``, when given); with ``inner_only`` METIS sees only the inner
+    vertices and the others follow them (:func:`inner_metis_owner`)."""
     if devices == 1:
         owner = torch.zeros(sub.num_nodes, dtype=torch.long)
+    elif inner_only:
+        owner = inner_metis_owner(sub, devices, seed, cache_dir)
     else:
         owner = metis_partition(sub.edge_index, sub.num_nodes, devices, train_mask=sub.seed, seed=seed,
                                 cache_dir=cache_dir).assignment
@@ -112,29 +149,36 @@ def server_plans(data, cfg: PlanConfig, server_of: torch.Tensor, graph: CSRGraph
     iterations = cob_iterations(server_of, data.train_mask, cfg) if cfg.mode == "cob" else 1
     steps = tqdm(total=S * iterations, desc=f"granndis: building {cfg.mode} plan", disable=not progress, leave=False)
     for s in range(S):
-        inner = (server_of == s).nonzero().flatten()
-        if cfg.mode == "cob":
-            seeds = inner[data.train_mask[inner]]
-            seeds = seeds[torch.randperm(seeds.numel(), generator=generator)]
-            chunks = torch.tensor_split(seeds, iterations)
-        devices: list[list[OneHopGraph]] = [[] for _ in range(G)]
-        for it in range(iterations):
-            if cfg.mode == "flx":
-                sub = preloaded_subgraph(graph, inner, cfg.hops)
-            elif cfg.mode == "eas":
-                sub = expansion_subgraph(graph, inner, cfg.eas_hops, cfg.fanout or 15, cfg.weighted, generator)
-            else:
-                sub = sampled_subgraph(graph, chunks[it], cfg.fanout or 25, cfg.hops, generator=generator)
-            sizes = dict(server_vertices=sub.num_nodes, server_edges=int(sub.edge_index.shape[1]))
-            # one METIS per server for FLX/EAS is worth caching; CoB's per-co-batch ones are not
-            split = split_across_devices(sub, G, seed=cfg.seed, cache_dir=None if cfg.mode == "cob" else cfg.cache_dir)
-            del sub  # the split holds what is needed
-            for d, one_hop in enumerate(split):
-                one_hop.meta.update(server=s, iteration=it, **sizes)
-                devices[d].append(one_hop)
-            steps.update()
-        yield devices
+        yield _server_plan(data, cfg, graph, (server_of == s).nonzero().flatten(), s, iterations, generator, steps)
     steps.close()
+
+
+def _server_plan(data, cfg: PlanConfig, graph: CSRGraph, inner: torch.Tensor, s: int, iterations: int,
+                 generator: torch.Generator, steps) -> list[list[OneHopGraph]]:
+    G = cfg.devices_per_server
+    if cfg.mode == "cob":
+        seeds = inner[data.train_mask[inner]]
+        seeds = seeds[torch.randperm(seeds.numel(), generator=generator)]
+        chunks = torch.tensor_split(seeds, iterations)
+    devices: list[list[OneHopGraph]] = [[] for _ in range(G)]
+    for it in range(iterations):
+        if cfg.mode == "flx":
+            sub = preloaded_subgraph(graph, inner, cfg.hops)
+        elif cfg.mode == "eas":
+            sub = expansion_subgraph(graph, inner, cfg.eas_hops, cfg.fanout or 15, cfg.weighted, generator)
+        else:
+            sub = sampled_subgraph(graph, chunks[it], cfg.fanout or 25, cfg.hops, generator=generator)
+        sizes = dict(server_vertices=sub.num_nodes, server_edges=int(sub.edge_index.shape[1]))
+        # one METIS per server for FLX/EAS is worth caching, CoB's per co-batch ones are not; an EAS
+        # expansion's sampled fringe follows the inner vertices METIS splits
+        split = split_across_devices(sub, G, seed=cfg.seed, cache_dir=None if cfg.mode == "cob" else cfg.cache_dir,
+                                     inner_only=cfg.mode == "eas")
+        del sub  # the split holds what is needed
+        for d, one_hop in enumerate(split):
+            one_hop.meta.update(server=s, iteration=it, **sizes)
+            devices[d].append(one_hop)
+        steps.update()
+    return devices
 
 
 def build_plan(data, cfg: PlanConfig, server_of: torch.Tensor, graph: CSRGraph | None = None,

@@ -3,7 +3,7 @@ graph. For each configuration, saves per rank: the first step's returned loss, o
 with their global ids, the synced gradients, the parameters after ``steps`` steps, the ledger and
 the exact test accuracy.
 
-usage: gnn_strategies.py OUT DATA_ROOT STEPS NAME[,NAME...]   (NAME = strategy:conv[:epochs])
+usage: gnn_strategies.py OUT DATA_ROOT STEPS NAME[,NAME...]   (NAME = strategy:conv[:epochs[:seed]])
 """
 
 import json
@@ -69,7 +69,7 @@ for name in names:
     SCATTERS[0] = 0
     strategy_name, conv, *rest = name.split(":")
     epochs = int(rest[0]) if rest else None
-    pl.seed_everything(0)
+    pl.seed_everything(int(rest[1]) if len(rest) > 1 else 0)
     store = None
     if strategy_name.startswith("st_"):  # the same strategy from a graph store (tests write it)
         strategy_name = strategy_name[3:]

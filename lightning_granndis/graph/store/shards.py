@@ -23,7 +23,7 @@ import torch
 from lightning_granndis.graph.masking import degree_stats
 from lightning_granndis.graph.one_hop import OneHopGraph, OneHopSplit
 from lightning_granndis.graph.partition import metis_partition
-from lightning_granndis.graph.plan import PlanConfig, full_graph_split, server_assignment, server_plans
+from lightning_granndis.graph.plan import PlanConfig, full_graph_split, inner_metis_owner, server_assignment, server_plans
 from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import preloaded_subgraph
 
@@ -136,51 +136,18 @@ def server_source(data, csr: CSRGraph, inner: torch.Tensor, cfg: PlanConfig, see
                   stats: torch.Tensor, hops: int | None = None) -> SamplingSource:
     """A server's sampling source: its inner vertices' ``hops``-hop closure (default ``L``: every
     vertex a sampled co-batch can reach), split across the server's devices once
-    (:func:`closure_owner`)."""
+    (:func:`~lightning_granndis.graph.plan.inner_metis_owner`, balanced on its training seeds)."""
     sub = preloaded_subgraph(csr, inner, hops or cfg.hops)
     inner_local = (sub.hop == 0).nonzero().flatten()
     seeds = inner_local[data.train_mask[sub.n_id[inner_local]]]
     G = cfg.devices_per_server
-    owner = closure_owner(sub, data.train_mask[sub.n_id], G, cfg.seed, cfg.cache_dir)
+    owner = inner_metis_owner(sub, G, cfg.seed, cfg.cache_dir, balance=data.train_mask[sub.n_id])
     local_csr = CSRGraph.from_edge_index(sub.edge_index, sub.num_nodes)
     n_id = sub.n_id
     del sub  # the closure's edge list: the CSR holds them now
     iterations = iterations_for(seed_counts, cfg.batch_size * G, cfg.iterations)
     return SamplingSource(local_csr, n_id, seeds, owner, data.x[n_id].contiguous(), data.y[n_id].contiguous(),
                           stats[n_id], seed_counts, iterations, inner=inner_local)
-
-
-def closure_owner(sub, is_train: torch.Tensor, devices: int, seed: int = 0,
-                  cache_dir: str | None = None) -> torch.Tensor:
-    """``[n]`` device of every vertex of a server's closure ``sub``: METIS over the server's inner
-    vertices (balanced on its training seeds, as the paper splits a server's graph), and each outer
-    vertex goes with a neighbour one hop nearer the inner set (the one with the lowest local id).
-
-    METIS over the whole closure would cost far more: at ogbn-products size a 2-hop closure of
-    half the graph is the whole graph, and METIS over it needs ~12 GB.
-    """
-    n = sub.num_nodes
-    if devices == 1:
-        return torch.zeros(n, dtype=torch.long)
-    hop = sub.hop
-    inner = (hop == 0).nonzero().flatten()
-    index = torch.full((n,), -1, dtype=torch.long)
-    index[inner] = torch.arange(inner.numel())
-    src, dst = sub.edge_index
-    among = (hop[src] == 0) & (hop[dst] == 0)
-    inner_edges = torch.stack([index[src[among]], index[dst[among]]])
-    del among
-    owner = torch.full((n,), -1, dtype=torch.long)
-    owner[inner] = metis_partition(inner_edges, inner.numel(), devices, train_mask=is_train[inner], seed=seed,
-                                   cache_dir=cache_dir).assignment
-    del inner_edges
-    for h in range(1, int(hop.max()) + 1 if n else 0):
-        # an edge u -> v with u one hop further out than v: u was reached from v
-        out = (hop[src] == h) & (hop[dst] == h - 1)
-        nearest = torch.full((n,), n, dtype=torch.long).scatter_reduce(0, src[out], dst[out], "amin")
-        reached = (hop == h).nonzero().flatten()
-        owner[reached] = owner[nearest[reached]]
-    return owner
 
 
 def minibatch_source(data, csr: CSRGraph, owner_of: torch.Tensor, rank: int, world_size: int, cfg: PlanConfig,
