@@ -17,11 +17,19 @@ Evaluator), peak memory per rank, and the epoch time the paper's cost model (Eqs
 the paper's 4 servers x 4 GPUs. A single-process full-graph run for the same epochs gives the
 reference accuracy.
 
-    python benchmarks/gnn.py [--preset arxiv] [--epochs 40] [--mb-epochs 1]
+Timing and accuracy come from separate runs, so that three seeds fit in about an hour here: the
+emulated runs time ``--time-epochs`` epochs of the full-batch modes (the first excluded) and
+``--mb-steps`` steps of the mini-batch modes (their epoch extrapolated by steps); the accuracy runs
+train ``--epochs`` / ``--mb-epochs`` without emulation (emulation changes time, not arithmetic) for
+``--seeds`` seeds (the seed varies the model's initialisation), and the reference trains the same
+seeds in one process (with a CSR adjacency: the same arithmetic as PyG's default path, 2.4x faster).
+
+    python benchmarks/gnn.py [--preset arxiv] [--epochs 40] [--mb-epochs 1] [--seeds 3]
 
 Writes benchmarks/results/gnn.{json,md,png}. The JSON is keyed by mode (fb_base, mb_base, flx,
 cob, eas) with epoch_s, inter_bytes, intra_bytes (per epoch, all ranks, training traffic),
-test_acc, peak_mem_mb, ...; the 1 Gbit/s run under "gbe1"; settings under "meta".
+test_acc (mean over seeds), test_acc_std, test_accs, peak_mem_mb, ...; the 1 Gbit/s run under
+"gbe1"; settings and the reference under "meta".
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,14 +53,14 @@ MODES = ("fb_base", "mb_base", "flx", "cob", "eas")
 FULL_BATCH = ("fb_base", "flx", "eas")
 
 
-def make_strategy(mode: str, link, cache_dir: str):
+def make_strategy(mode: str, link, cache_dir: str, emulate: bool):
     from lightning_granndis.strategies import (
         FullGraphBaselineStrategy,
         MiniBatchBaselineStrategy,
         ServerAwareGNNStrategy,
     )
 
-    common = dict(servers=SERVERS, link_model=link, emulate=True, cache_dir=cache_dir)
+    common = dict(servers=SERVERS, link_model=link, emulate=emulate, cache_dir=cache_dir)
     if mode == "fb_base":
         return FullGraphBaselineStrategy(**common)
     if mode == "mb_base":
@@ -61,7 +70,10 @@ def make_strategy(mode: str, link, cache_dir: str):
     return ServerAwareGNNStrategy(mode=mode, **common)
 
 
-def worker(out: Path, mode: str, dataset: str, epochs: int, link_json: str) -> None:
+def worker(out: Path, mode: str, dataset: str, epochs: int, link_json: str, seed: int, limit: int,
+           emulate: bool) -> None:
+    """One configuration under torchrun: emulated and timed (``limit`` steps per epoch, 0 = all), or
+    unemulated and evaluated."""
     import lightning.pytorch as pl
 
     import lightning_granndis  # noqa: F401
@@ -71,56 +83,64 @@ def worker(out: Path, mode: str, dataset: str, epochs: int, link_json: str) -> N
     from lightning_granndis.models import GNNNodeClassifier
 
     link = LinkModel.resolve(json.loads(link_json))
-    pl.seed_everything(0)
+    pl.seed_everything(seed)
     dm = OGBNodeDataModule(dataset, root=str(DATA))
     dm.setup()
     model = GNNNodeClassifier(dm.num_features, dm.num_classes, hidden=HIDDEN, num_layers=LAYERS)
-    strategy = make_strategy(mode, link, str(DATA / "metis-cache"))
+    strategy = make_strategy(mode, link, str(DATA / "metis-cache"), emulate)
     monitor, memory = CommMonitor(dirpath=str(out / mode)), PeakMemory()
     trainer = pl.Trainer(accelerator="cpu", devices=WORLD, strategy=strategy, max_epochs=epochs, logger=False,
                          callbacks=[monitor, memory], enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, check_val_every_n_epoch=10**6)
+                         enable_model_summary=False, num_sanity_val_steps=0, check_val_every_n_epoch=10**6,
+                         limit_train_batches=limit or None)
     t0 = time.perf_counter()
     trainer.fit(model, datamodule=dm)
     fit_s = time.perf_counter() - t0
     ledger = strategy.comm.ledger.to_dict()
     steps = trainer.global_step
-    trainer.test(model, datamodule=dm, verbose=False)
+    iterations = len(strategy._sampled) if strategy._sampled is not None else int(trainer.num_training_batches)
     record = {
         "epochs": monitor.epochs, "ledger": ledger, "memory": memory.per_rank, "steps": steps, "fit_s": fit_s,
-        "test_acc": strategy.last_eval.get("test"), "links": strategy.link_model.describe(),
+        "links": strategy.link_model.describe(), "iterations": iterations,
+        "timed_iterations": int(trainer.num_training_batches),
     }
+    if not emulate:
+        trainer.test(model, datamodule=dm, verbose=False)
+        record["test_acc"] = strategy.last_eval.get("test")
     if trainer.is_global_zero:
         (out / f"{mode}.json").write_text(json.dumps(record))
 
 
-def reference_run(dataset: str, epochs: int) -> dict:
-    """Single-process full-graph training: test accuracy after ``epochs``, and the compute speed."""
+def reference_run(dataset: str, epochs: int, seed: int = 0, csr: bool = False) -> dict:
+    """Single-process full-graph training: test accuracy after ``epochs``, and the compute speed
+    (with PyG's default message passing, or a CSR adjacency: the same arithmetic)."""
     import lightning.pytorch as pl
     import torch
     import torch.nn.functional as F
 
     from lightning_granndis.datamodules import OGBNodeDataModule
+    from lightning_granndis.graph.adjacency import csr_adjacency
     from lightning_granndis.models import GNNNodeClassifier
 
-    pl.seed_everything(0)
+    pl.seed_everything(seed)
     dm = OGBNodeDataModule(dataset, root=str(DATA))
     dm.setup()
     d = dm.data
+    adj = csr_adjacency(d.edge_index, d.num_nodes) if csr else d.edge_index
     model = GNNNodeClassifier(dm.num_features, dm.num_classes, hidden=HIDDEN, num_layers=LAYERS)
     opt = model.configure_optimizers()
     times = []
     for _ in range(epochs):
         t0 = time.perf_counter()
         model.train()
-        loss = F.cross_entropy(model(d.x, d.edge_index)[d.train_mask], d.y[d.train_mask])
+        loss = F.cross_entropy(model(d.x, adj)[d.train_mask], d.y[d.train_mask])
         opt.zero_grad()
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
     model.eval()
     with torch.no_grad():
-        pred = model(d.x, d.edge_index).argmax(-1)
+        pred = model(d.x, adj).argmax(-1)
     epoch_s = sum(times[1:]) / max(1, len(times) - 1)
     return {"test_acc": dm.evaluate(pred, "test"), "epoch_s": epoch_s, "vertices_per_s": d.num_nodes / epoch_s,
             "threads": torch.get_num_threads()}
@@ -156,41 +176,67 @@ def modelled_paper_cluster(dataset: str, C_local: float, speed_scale: float) -> 
 
 
 def summarise(record: dict) -> dict:
+    """Per-epoch figures of a timing run; a run of fewer steps than an epoch is scaled to the
+    epoch's step count (``extrapolated``)."""
     from lightning_granndis.report import TIME_CATEGORIES, training_bytes
 
     epochs = record["epochs"][1:] or record["epochs"]
     avg = {k: sum(e[k] for e in epochs) / len(epochs) for k in (*TIME_CATEGORIES, "total")}
     n_epochs = len(record["epochs"])
-
+    scale = record["iterations"] / record["timed_iterations"]
     # the ledger is rank 0's; bytes per link over all ranks come from the monitor's merged totals
     return {
-        "epoch_s": avg["total"], "breakdown_s": {k: avg[k] for k in TIME_CATEGORIES},
-        "inter_bytes": record["inter_bytes"], "intra_bytes": record["intra_bytes"],
-        "rank0_inter_bytes": training_bytes(record["ledger"], "inter") / n_epochs, "test_acc": record["test_acc"],
+        "epoch_s": avg["total"] * scale, "breakdown_s": {k: avg[k] * scale for k in TIME_CATEGORIES},
+        "inter_bytes": record["inter_bytes"] * scale, "intra_bytes": record["intra_bytes"] * scale,
+        "rank0_inter_bytes": training_bytes(record["ledger"], "inter") / n_epochs * scale,
         "peak_mem_mb": max(m["peak_mem_mb"] for m in record["memory"]),
         "activation_mb": max(m["activation_mb"] for m in record["memory"]),
-        "steps_per_epoch": record["steps"] / n_epochs, "epochs": n_epochs, "fit_s": record["fit_s"],
+        "steps_per_epoch": record["iterations"], "timed_steps": record["timed_iterations"], "epochs": n_epochs,
+        "extrapolated": scale != 1, "fit_s": record["fit_s"],
     }
 
 
-def run_all(tmp: Path, dataset: str, link_spec: dict, epochs: int, mb_epochs: int) -> dict[str, dict]:
+def _torchrun(tmp: Path, mode: str, dataset: str, epochs: int, link_spec: dict, seed: int, limit: int,
+              emulate: bool) -> dict:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}", __file__,
+           "--worker", str(tmp), "--mode", mode, "--dataset", dataset, "--epochs", str(epochs),
+           "--link", json.dumps(link_spec), "--seed", str(seed), "--limit", str(limit), "--emulate", str(int(emulate))]
+    subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return json.loads((tmp / f"{mode}.json").read_text())
+
+
+def run_all(tmp: Path, dataset: str, link_spec: dict, time_epochs: int, mb_steps: int) -> dict[str, dict]:
+    """Emulated timing runs of every mode under ``link_spec``."""
     from lightning_granndis.report import training_bytes
 
     out = {}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     for mode in MODES:
-        n = epochs if mode in FULL_BATCH else mb_epochs
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}", __file__,
-               "--worker", str(tmp), "--mode", mode, "--dataset", dataset, "--epochs", str(n),
-               "--link", json.dumps(link_spec)]
-        print(f"--- {mode} ({n} epochs, links {link_spec})", flush=True)
-        subprocess.run(cmd, check=True, env=env)
-        record = json.loads((tmp / f"{mode}.json").read_text())
+        n, limit = (time_epochs, 0) if mode in FULL_BATCH else (1, mb_steps)
+        print(f"--- timing {mode} ({n} epochs{f', {limit} steps' if limit else ''}, links {link_spec})", flush=True)
+        record = _torchrun(tmp, mode, dataset, n, link_spec, 0, limit, emulate=True)
         merged = json.loads((tmp / mode / "comm_breakdown.json").read_text())["total"]
         for link in ("inter", "intra"):
             record[f"{link}_bytes"] = training_bytes(merged, link) / n
         out[mode] = summarise(record)
         out[mode]["links"] = record["links"]
+    return out
+
+
+def _mean_std(values: list[float]) -> dict:
+    return {"test_acc": statistics.mean(values), "test_acc_std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "test_accs": values}
+
+
+def accuracy_runs(tmp: Path, dataset: str, epochs: int, mb_epochs: int, seeds: int) -> dict[str, dict]:
+    """Test accuracy of every mode after a fixed training length, over ``seeds`` seeds, unemulated."""
+    out = {}
+    for mode in MODES:
+        n = epochs if mode in FULL_BATCH else mb_epochs
+        accs = []
+        for seed in range(seeds):
+            print(f"--- accuracy {mode} ({n} epochs, seed {seed})", flush=True)
+            accs.append(_torchrun(tmp, mode, dataset, n, {"preset": "granndis_paper"}, seed, 0, emulate=False)["test_acc"])
+        out[mode] = {**_mean_std(accs), "epochs": n}
     return out
 
 
@@ -200,21 +246,26 @@ def report(res: dict) -> str:
     meta = res["meta"]
     ref = meta["reference"]
 
+    acc = res["accuracy"]
+
     def table(runs: dict, modelled: dict | None) -> str:
         fb = runs["fb_base"]["epoch_s"]
         rows = []
         for mode in MODES:
             r = runs[mode]
             b = r["breakdown_s"]
+            timed = f"{r['timed_steps']} of {r['steps_per_epoch']} steps" if r["extrapolated"] else f"{r['epochs']} epochs"
             rows.append([
-                mode, r["epoch_s"], f"{fb / r['epoch_s']:.2f}x", b["compute"], b["intra_comm"], b["inter_comm"],
-                b["grad_sync"], r["inter_bytes"] / 1e6, r["intra_bytes"] / 1e6, r["steps_per_epoch"], r["epochs"],
-                100 * r["test_acc"], r["peak_mem_mb"], r["activation_mb"],
+                mode, f"{r['epoch_s']:.2f}" + (" (extrapolated)" if r["extrapolated"] else ""),
+                f"{fb / r['epoch_s']:.2f}x", b["compute"], b["intra_comm"], b["inter_comm"],
+                b["grad_sync"], r["inter_bytes"] / 1e6, r["intra_bytes"] / 1e6, r["steps_per_epoch"], timed,
+                f"{100 * acc[mode]['test_acc']:.2f} ± {100 * acc[mode]['test_acc_std']:.2f} ({acc[mode]['epochs']} ep)",
+                r["peak_mem_mb"], r["activation_mb"],
                 (f"{modelled[mode]:.3g}" if modelled and mode in modelled else "n/a"),
             ])
         headers = ("mode", "epoch s", "vs FB_base", "compute s", "intra s", "inter s", "grad sync s", "inter MB/ep",
-                   "intra MB/ep", "steps/ep", "epochs", "test acc %", "peak RSS MB", "activations MB",
-                   "modelled 4x4 s")
+                   "intra MB/ep", "steps/ep", "timed", f"test acc % ({meta['seeds']} seeds)", "peak RSS MB",
+                   "activations MB", "modelled 4x4 s")
         return markdown_table(headers, rows)
 
     text = [
@@ -229,8 +280,12 @@ def report(res: dict) -> str:
         "its epoch on inter-server communication here; the paper measured 44-86% (§8.2). "
         "Emulated: every inter-server operation lasts at least its modelled time.",
         "",
-        f"Single-process full-graph reference after {meta['epochs']} epochs: test accuracy {100 * ref['test_acc']:.2f}%, "
-        f"{ref['epoch_s']:.2f} s/epoch ({ref['threads']} threads).",
+        f"Single-process full-graph reference after {meta['epochs']} epochs: test accuracy "
+        f"{100 * ref['test_acc']:.2f} ± {100 * ref['test_acc_std']:.2f}% over {meta['seeds']} seeds "
+        f"({', '.join(f'{100 * a:.2f}' for a in ref['test_accs'])}); {ref['epoch_s']:.2f} s/epoch with PyG's default "
+        f"message passing ({ref['threads']} threads). Accuracy runs are unemulated and train {meta['epochs']} epochs "
+        f"(full-batch modes) or {meta['mb_epochs']} epoch (mini-batch modes); timing runs are emulated, "
+        f"{meta['time_epochs']} epochs (the first excluded) or {meta['mb_steps']} steps extrapolated to the epoch.",
         "",
         "## Scaled paper cluster (NVLink 112 GB/s, InfiniBand 32 Gbit/s)",
         "",
@@ -284,15 +339,22 @@ def plot(res: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="arxiv")
-    parser.add_argument("--epochs", type=int, default=40, help="epochs of the full-batch modes")
-    parser.add_argument("--mb-epochs", type=int, default=1, help="epochs of the mini-batch modes (CoB, MB_base)")
+    parser.add_argument("--epochs", type=int, default=40, help="epochs of the full-batch modes' accuracy runs")
+    parser.add_argument("--mb-epochs", type=int, default=1, help="epochs of the mini-batch modes' accuracy runs")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the accuracy runs")
+    parser.add_argument("--time-epochs", type=int, default=4, help="epochs of the full-batch modes' timing runs")
+    parser.add_argument("--mb-steps", type=int, default=6, help="steps of the mini-batch modes' timing runs")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--link", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--emulate", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.mode, args.dataset, args.epochs, args.link)
+        return worker(args.worker, args.mode, args.dataset, args.epochs, args.link, args.seed, args.limit,
+                      bool(args.emulate))
     import torch
 
     from lightning_granndis.datamodules import OGBNodeDataModule
@@ -311,21 +373,27 @@ def main() -> None:
     core_share = min(1.0, (os.cpu_count() or 1) / WORLD)
     mem_bw, flops = measure_local_memory_bandwidth(), measure_local_flops()
     scale = REFERENCE_FLOPS["rtx_a6000"] / (flops * core_share)
-    ref = reference_run(dataset, args.epochs)  # one thread, as a rank; C per rank = its speed x core share
+    ref = reference_run(dataset, args.time_epochs)  # one thread, as a rank; C per rank = its speed x core share
     meta = {
         "preset": args.preset, "num_nodes": dm.data.num_nodes, "num_edges": int(dm.data.edge_index.shape[1]),
-        "epochs": args.epochs, "mb_epochs": args.mb_epochs, "mem_bw": mem_bw, "core_share": core_share,
+        "epochs": args.epochs, "mb_epochs": args.mb_epochs, "seeds": args.seeds, "time_epochs": args.time_epochs,
+        "mb_steps": args.mb_steps, "mem_bw": mem_bw, "core_share": core_share,
         "rank_flops": flops * core_share, "flops": flops, "scale": scale,
-        "memory_scale": REFERENCE_MEMORY_BW["rtx_a6000"] / (mem_bw * core_share), "reference": ref,
+        "memory_scale": REFERENCE_MEMORY_BW["rtx_a6000"] / (mem_bw * core_share),
         "modelled_4x4": modelled_paper_cluster(dataset, ref["vertices_per_s"] * core_share, scale),
     }
     res = {"meta": meta}
     with tempfile.TemporaryDirectory() as tmp:
         res["scaled"] = run_all(Path(tmp) / "scaled", dataset, {"preset": "granndis_paper", "scale": scale},
-                                args.epochs, args.mb_epochs)
-        res["gbe1"] = run_all(Path(tmp) / "gbe1", dataset, {"preset": "1gbe"}, args.epochs, args.mb_epochs)
-    # top level keyed by mode (the scaled run), the 1 Gbit/s run under "gbe1"
-    out = {**res["scaled"], "gbe1": res["gbe1"], "meta": meta}
+                                args.time_epochs, args.mb_steps)
+        res["gbe1"] = run_all(Path(tmp) / "gbe1", dataset, {"preset": "1gbe"}, args.time_epochs, args.mb_steps)
+        res["accuracy"] = accuracy_runs(Path(tmp) / "accuracy", dataset, args.epochs, args.mb_epochs, args.seeds)
+    print(f"--- accuracy: one process ({args.epochs} epochs, {args.seeds} seeds)", flush=True)
+    ref_accs = [reference_run(dataset, args.epochs, seed, csr=True)["test_acc"] for seed in range(args.seeds)]
+    meta["reference"] = {**ref, **_mean_std(ref_accs)}
+    # top level keyed by mode (the scaled run, with its accuracy), the 1 Gbit/s run under "gbe1"
+    out = {**{m: {**res["scaled"][m], **res["accuracy"][m], "timed_epochs": res["scaled"][m]["epochs"]}
+              for m in MODES}, "gbe1": res["gbe1"], "meta": meta}
     save_results("gnn", out, report(res), lambda path: plot(res, path))
 
 

@@ -26,6 +26,19 @@ def test_full_fanout_equals_k_hop_subgraph(graph):
     subset, sub_ei, _, _ = k_hop_subgraph(seeds, 2, ei, num_nodes=n)
     assert set(s.n_id.tolist()) == set(subset.tolist())
     assert edges_of(s.n_id[s.edge_index]) == edges_of(sub_ei)
+    assert s.edge_index.shape[1] == sub_ei.shape[1]  # no edge twice
+
+
+def test_induced_when_the_frontier_empties_early_and_with_sampled_hops():
+    # a path 0-1-2 and an isolated pair 3-4: 3 hops from 3 run out after one
+    ei = torch.tensor([[0, 1, 1, 2, 3, 4], [1, 0, 2, 1, 4, 3]])
+    csr = CSRGraph.from_edge_index(ei, 5)
+    for fanouts in ([-1, -1, -1], [1, -1, 2]):
+        s = sample_subgraph(csr, torch.tensor([3]), fanouts, induced=True, generator=torch.Generator().manual_seed(0))
+        assert sorted(s.n_id.tolist()) == [3, 4]
+        assert sorted(map(tuple, s.n_id[s.edge_index].t().tolist())) == [(3, 4), (4, 3)]
+    s = sample_subgraph(csr, torch.tensor([0]), [1, 1], induced=True, generator=torch.Generator().manual_seed(0))
+    assert sorted(map(tuple, s.n_id[s.edge_index].t().tolist())) == [(0, 1), (1, 0), (1, 2), (2, 1)]
 
 
 def test_sampled_edges_exist_fanout_respected_and_hops_correct(graph):

@@ -19,6 +19,18 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
+def _dense_parts(tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The strided tensors holding ``tensor``'s data: itself, or a sparse tensor's index and
+    value arrays (a sparse CSR adjacency has no storage of its own)."""
+    if tensor.layout == torch.sparse_csr:
+        return tensor.crow_indices(), tensor.col_indices(), tensor.values()
+    if tensor.layout == torch.sparse_coo:
+        return tensor._indices(), tensor._values()
+    if tensor.layout != torch.strided:
+        return ()
+    return (tensor,)
+
+
 class PeakMemory(Callback):
     """Measures, per rank, what training holds at its peak:
 
@@ -39,10 +51,11 @@ class PeakMemory(Callback):
         self._step_bytes = 0
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        key = tensor.untyped_storage().data_ptr()
-        if key not in self._seen:
-            self._seen.add(key)
-            self._step_bytes += tensor.untyped_storage().nbytes()
+        for part in _dense_parts(tensor):
+            key = part.untyped_storage().data_ptr()
+            if key not in self._seen:
+                self._seen.add(key)
+                self._step_bytes += part.untyped_storage().nbytes()
         return tensor
 
     @override

@@ -117,8 +117,10 @@ def sample_subgraph(
         if frontier.numel() == 0:
             break
         owner, nbr = graph.neighbours(frontier)
-        keep = torch.ones(len(nbr), dtype=torch.bool)
-        if k >= 0:
+        if k < 0:  # every neighbour: no mask, no copy
+            src_parts.append(nbr)
+            dst_parts.append(frontier[owner])
+        else:
             always = torch.zeros(len(nbr), dtype=torch.bool)
             if inside is not None:
                 always = inside[frontier][owner] & inside[nbr]
@@ -133,9 +135,9 @@ def sample_subgraph(
             picked = torch.zeros(len(nbr), dtype=torch.bool)
             picked[cand[_smallest_k_per_group(owner[cand], keys, k)]] = True
             keep = always | picked
-        src, dst = nbr[keep], frontier[owner[keep]]
-        src_parts.append(src)
-        dst_parts.append(dst)
+            src_parts.append(nbr[keep])
+            dst_parts.append(frontier[owner[keep]])
+        src = src_parts[-1]
         fresh = src[hop[src] < 0]
         if fresh.numel() > n // 64:  # a large frontier: a vertex mask dedupes in O(n), no sort
             mark = torch.zeros(n, dtype=torch.bool)
@@ -149,15 +151,23 @@ def sample_subgraph(
     n_id = torch.cat(layers)
     local = torch.full((n,), -1, dtype=torch.long)
     local[n_id] = torch.arange(len(n_id))
-    if induced:
+    if induced and all(k < 0 for k in fanouts):
+        # the expanded layers' in-edges were all kept (every source is reached, every vertex is
+        # expanded once), so only the last, unexpanded layer's in-edges remain to be filtered
+        owner, nbr = graph.neighbours(frontier if len(src_parts) == len(fanouts) else frontier[:0])
+        nbr = local[nbr]
+        inset = nbr >= 0
+        src_parts.append(n_id[nbr[inset]])
+        dst_parts.append(frontier[owner[inset]])
+    elif induced:
         owner, nbr = graph.neighbours(n_id)
         nbr = local[nbr]
         inset = nbr >= 0
-        edge_index = torch.stack([nbr[inset], owner[inset]])
-    elif src_parts:
-        edge_index = torch.stack([local[torch.cat(src_parts)], local[torch.cat(dst_parts)]])
-    else:
-        edge_index = torch.empty(2, 0, dtype=torch.long)
+        src_parts, dst_parts = [n_id[nbr[inset]]], [n_id[owner[inset]]]
+    edge_index = torch.empty(2, sum(len(p) for p in src_parts), dtype=torch.long)
+    if src_parts:
+        torch.index_select(local, 0, torch.cat(src_parts), out=edge_index[0])
+        torch.index_select(local, 0, torch.cat(dst_parts), out=edge_index[1])
     seed_mask = torch.zeros(len(n_id), dtype=torch.bool)
     seed_mask[: len(seeds)] = True
     return Data(n_id=n_id, edge_index=edge_index, seed_mask=seed_mask, hop=hop[n_id], num_nodes=len(n_id))
