@@ -40,3 +40,48 @@ def test_rank_is_capped_and_validated():
     assert p.shape == (5, 3) and q.shape == (3, 3)
     with pytest.raises(ValueError, match="rank must be at least 1"):
         LowRankCompressor(rank=0)
+
+
+def test_low_rank_pays_only_when_the_factors_are_smaller():
+    from lightning_granndis.compression.low_rank import low_rank_pays
+
+    assert not low_rank_pays((16, 64), 16)  # 16 * (16 + 64) = 1280 numbers > 1024
+    assert low_rank_pays((128, 64), 16)  # 16 * 192 = 3072 < 8192
+    assert low_rank_pays((4, 8, 64), 16)  # viewed [32, 64]: 16 * 96 = 1536 < 2048
+    assert not low_rank_pays((4, 8, 64), 32)  # 32 * 96 = 3072 > 2048
+    assert low_rank_pays((4, 8, 64), 8)  # 8 * 96 = 768 < 2048
+    assert not low_rank_pays((1000,), 4)  # a vector [1000, 1]: rank 1, 1001 > 1000
+
+
+class _Loopback:
+    """A communicator whose sends arrive, in order, at its own receives."""
+
+    def __init__(self):
+        self.sent = []
+
+    def isend(self, tensor, dst, purpose):
+        self.sent.append(tensor.clone())
+        return type("Work", (), {"wait": lambda self: None})()
+
+    def recv(self, buffer, src, purpose):
+        return buffer.copy_(self.sent.pop(0))
+
+
+@pytest.mark.parametrize("rows, compressed", [(16, False), (128, True)])
+def test_a_gradient_whose_factors_would_be_larger_travels_whole(rows, compressed):
+    from lightning_granndis.pipeline.p2p import StageLink
+
+    comm = _Loopback()
+    link = StageLink(comm, torch.device("cpu"))
+    c = LowRankCompressor(rank=16)
+    grad = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
+    link.send_grad(grad, 1, c, stream="b0")
+    sent_bytes = sum(t.numel() * t.element_size() for t in comm.sent)
+    got = link.recv_grad(torch.empty(rows, 64), 0, rank=16)
+    assert not comm.sent  # the receiver took exactly what was sent
+    if compressed:
+        assert sent_bytes == (rows + 64) * 16 * 4
+        assert torch.allclose(got + c.residual("b0"), grad, atol=1e-5)
+    else:
+        assert sent_bytes == rows * 64 * 4  # never more than the plain gradient
+        assert torch.equal(got, grad) and c.residual("b0") is None

@@ -10,7 +10,8 @@ error buffer :math:`e` (Lazy Error Propagation) and the previous :math:`Q` (warm
     M' = M + e,\\quad P = \\mathrm{orth}(M' Q),\\quad Q \\leftarrow M'^\\top P,\\quad
     \\hat{M} = P Q^\\top,\\quad e \\leftarrow M' - \\hat{M}
 
-Only ``P`` (``n x r``) and ``Q`` (``m x r``) travel: ``r (n + m)`` numbers instead of ``n m``.
+Only ``P`` (``n x r``) and ``Q`` (``m x r``) travel: ``r (n + m)`` numbers instead of ``n m``; where
+that is not fewer (:func:`low_rank_pays`), the tensor travels whole.
 Because the residual is carried, the sum of everything sent plus the final residual equals the sum
 of the true tensors.
 """
@@ -29,6 +30,14 @@ def as_matrix(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.dim() == 1:
         return tensor.reshape(-1, 1)
     return tensor.reshape(-1, tensor.shape[-1])
+
+
+def low_rank_pays(shape: torch.Size | tuple[int, ...], rank: int) -> bool:
+    """Whether rank-``rank`` factors of a tensor of ``shape`` are smaller than the tensor:
+    ``r (n + m) < n m`` for its ``[n, m]`` matrix view (``r = min(n, m, rank)``). Sender and receiver
+    decide from the shape alone, so a tensor that would grow travels whole."""
+    n, m = as_matrix(torch.empty(shape, device="meta")).shape
+    return min(n, m, rank) * (n + m) < n * m
 
 
 def orthogonalise(matrix: torch.Tensor) -> torch.Tensor:
@@ -82,6 +91,10 @@ class LowRankCompressor:
         if self.error_feedback:
             state.error = matrix - p @ q.T
         return p, q
+
+    def pays(self, shape: torch.Size | tuple[int, ...]) -> bool:
+        """:func:`low_rank_pays` at this compressor's rank."""
+        return low_rank_pays(shape, self.rank)
 
     @staticmethod
     def decompress(p: torch.Tensor, q: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -19,14 +19,7 @@ from typing import Sequence
 import torch
 
 from lightning_granndis.comm import Communicator
-from lightning_granndis.compression.low_rank import as_matrix, orthogonalise
-
-
-def _pays(shape: torch.Size, rank: int) -> bool:
-    if len(shape) < 2:
-        return False
-    n, m = as_matrix(torch.empty(shape, device="meta")).shape
-    return (n + m) * min(n, m, rank) < n * m
+from lightning_granndis.compression.low_rank import as_matrix, low_rank_pays, orthogonalise
 
 
 class PowerSGDReducer:
@@ -52,8 +45,8 @@ class PowerSGDReducer:
         """Replaces every tensor of ``grads`` (in place) by its average over ``group``."""
         compress = self.steps >= self.warmup_steps
         self.steps += 1
-        exact = [g for g in grads if not (compress and _pays(g.shape, self.rank))]
-        low = [(i, g) for i, g in enumerate(grads) if compress and _pays(g.shape, self.rank)]
+        exact = [g for g in grads if not (compress and low_rank_pays(g.shape, self.rank))]
+        low = [(i, g) for i, g in enumerate(grads) if compress and low_rank_pays(g.shape, self.rank)]
         if exact:
             all_reduce_flat(exact, comm, group, replicas, purpose)
         if not low:

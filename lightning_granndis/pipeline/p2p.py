@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from lightning_granndis.comm import BookedWork, Communicator
-from lightning_granndis.compression.low_rank import LowRankCompressor
+from lightning_granndis.compression.low_rank import LowRankCompressor, low_rank_pays
 
 MAX_DIMS = 8
 _DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.bool,
@@ -69,8 +69,10 @@ class StageLink:
 
     def send_grad(self, grad: torch.Tensor, dst: int, compressor: LowRankCompressor | None = None,
                   stream=None) -> None:
-        """Sends ``grad`` whole, or as ``P, Q`` from ``compressor`` (its residual kept in ``stream``)."""
-        if compressor is None:
+        """Sends ``grad`` whole, or as ``P, Q`` from ``compressor`` (its residual kept in ``stream``)
+        where the factors are smaller than ``grad`` (otherwise whole: a stream's residual only ever
+        has a shape whose factors pay, so none is held back)."""
+        if compressor is None or not compressor.pays(grad.shape):
             self.pending.append(self.comm.isend(grad.detach().contiguous(), dst, "activation_grad"))
             return
         p, q = compressor.compress(grad, stream)
@@ -78,8 +80,9 @@ class StageLink:
         self.pending.append(self.comm.isend(q.contiguous(), dst, "activation_grad"))
 
     def recv_grad(self, like: torch.Tensor, src: int, rank: int | None = None) -> torch.Tensor:
-        """The gradient of ``like``; ``rank`` set: it arrives as rank-``rank`` factors."""
-        if rank is None:
+        """The gradient of ``like``; ``rank`` set: it arrives as rank-``rank`` factors where they are
+        smaller than ``like`` (:func:`low_rank_pays`, the sender's rule), whole otherwise."""
+        if rank is None or not low_rank_pays(like.shape, rank):
             return self.comm.recv(torch.empty_like(like), src, "activation_grad")
         n, m, r = compressed_rank(like.shape, rank)
         p = self.comm.recv(torch.empty(n, r, device=self.device), src, "activation_grad")
