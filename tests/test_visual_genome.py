@@ -129,12 +129,59 @@ def test_malformed_input_names_the_file_and_entry(tmp_path, scenes):
     with pytest.raises(ValueError, match=r"objects.json: entry 0 must be an object with 'image_id' and 'objects'"):
         read_objects(bad)
     (bad / "objects.json").write_text(objects_text)
-    (bad / "images" / "1.jpg").unlink()
-    dm = VisualGenomeDataModule(root=str(bad), test_fraction=0.2)
+
+
+def _release_layout(scenes, dest):
+    """``scenes`` copied into Visual Genome's released layout: the images split over ``VG_100K/``
+    and ``VG_100K_2/``, no ``images/``."""
+    import shutil
+
+    shutil.copytree(scenes, dest)
+    for folder in ("VG_100K", "VG_100K_2"):
+        (dest / folder).mkdir()
+    for path in sorted((dest / "images").iterdir()):
+        path.rename(dest / ("VG_100K" if int(path.stem) % 2 else "VG_100K_2") / path.name)
+    (dest / "images").rmdir()
+    return dest
+
+
+def test_images_load_from_the_released_vg_100k_folders(tmp_path, scenes):
+    root = _release_layout(scenes, tmp_path / "vg")
+    dm = VisualGenomeDataModule(root=str(root), crop_size=16)
     dm.setup()
-    split = next(s for s in dm.splits.values() if any(r.image_id == 1 for r in s.rels))
-    with pytest.raises(FileNotFoundError, match="image 1 of a relationship is missing"):
-        split[[r.image_id for r in split.rels].index(1)]
+    for split in dm.splits.values():  # every sample of every split, from both folders
+        paths = {split[i]["image_path"] for i in range(len(split))}
+        assert all(p.split("/")[-2] in ("VG_100K", "VG_100K_2") for p in paths)
+    assert {p.split("/")[-2] for p in paths} == {"VG_100K", "VG_100K_2"}
+    reference = VisualGenomeDataModule(root=str(scenes), crop_size=16)  # the images/ layout
+    reference.setup()
+    assert torch.equal(dm.splits["test"][3]["crop"], reference.splits["test"][3]["crop"])
+
+
+def test_missing_images_are_listed_at_setup_and_a_corrupt_one_is_named(tmp_path, scenes):
+    root = _release_layout(scenes, tmp_path / "vg")
+    for image_id in (4, 7, 9):
+        next(root.glob(f"VG_100K*/{image_id}.jpg")).unlink()
+    with pytest.raises(FileNotFoundError, match=r"3 of the 120 images .* are missing \(4.jpg, 7.jpg, 9.jpg\); "
+                                                 r"looked in .*VG_100K, .*VG_100K_2, .*images"):
+        VisualGenomeDataModule(root=str(root)).setup()
+    root = _release_layout(scenes, tmp_path / "vg2")
+    corrupt = root / "VG_100K_2" / "2.jpg"
+    corrupt.write_bytes(corrupt.read_bytes()[:40])  # truncated
+    dm = VisualGenomeDataModule(root=str(root))
+    dm.setup()
+    split = next(s for s in dm.splits.values() if any(r.image_id == 2 for r in s.rels))
+    with pytest.raises(ValueError, match=r"VG_100K_2/2.jpg: image 2 cannot be read as an image .*corrupt or truncated"):
+        split[[r.image_id for r in split.rels].index(2)]
+
+
+def test_relationships_outside_the_vocabulary_are_counted(scenes):
+    sizes, rels = read_relationships(scenes)
+    dm = VisualGenomeDataModule(root=str(scenes), num_predicates=3)
+    dm.setup()
+    kept = sum(len(s) for s in dm.splits.values())
+    assert dm.relationship_counts == {"read": len(rels), "out_of_vocabulary": len(rels) - kept}
+    assert 0 < kept < len(rels)
 
 
 def test_default_scenes_are_generated_once_in_the_same_layout(tmp_path, monkeypatch):

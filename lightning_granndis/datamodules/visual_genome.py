@@ -7,12 +7,13 @@ import tempfile
 from pathlib import Path
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_granndis.datamodules.splits import SplitDataModule
 
 from lightning_granndis.vrd.spatial import spatial_vector
-from lightning_granndis.vrd.visual_genome import Relationship, read_objects, read_relationships, vocabulary
+from lightning_granndis.vrd.visual_genome import Relationship, find_images, read_objects, read_relationships, vocabulary
 
 
 class RelationshipDataset(Dataset):
@@ -40,12 +41,16 @@ class RelationshipDataset(Dataset):
         path = self.image_path(rel)
         if not path.exists():
             raise FileNotFoundError(f"{path}: image {rel.image_id} of a relationship is missing from {path.parent}.")
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-            s, o = rel.subject_box, rel.object_box
-            box = (max(0, min(s[0], o[0]) - 1), max(0, min(s[1], o[1]) - 1),
-                   min(image.width, max(s[2], o[2]) + 1), min(image.height, max(s[3], o[3]) + 1))  # 1-px margin
-            crop = image.crop(tuple(int(round(v)) for v in box)).resize((self.crop_size, self.crop_size))
+        try:
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+        except OSError as err:  # PIL's UnidentifiedImageError and truncated files are OSErrors
+            raise ValueError(f"{path}: image {rel.image_id} cannot be read as an image ({err}); the file is "
+                             "corrupt or truncated: download it again, or remove its relationships.") from err
+        s, o = rel.subject_box, rel.object_box
+        box = (max(0, min(s[0], o[0]) - 1), max(0, min(s[1], o[1]) - 1),
+               min(image.width, max(s[2], o[2]) + 1), min(image.height, max(s[3], o[3]) + 1))  # 1-px margin
+        crop = image.crop(tuple(int(round(v)) for v in box)).resize((self.crop_size, self.crop_size))
         return TF.normalize(TF.to_tensor(crop), (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
 
     def __getitem__(self, i: int) -> dict:
@@ -130,8 +135,10 @@ class VisualGenomeDataModule(RelationshipDataModule):
     """Predicate detection on Visual Genome's files (or generated scenes in the same layout).
 
     Args:
-        root: a folder with ``image_data.json``, ``objects.json``, ``relationships.json``,
-            ``images/<image_id>.jpg`` and optionally the alias files. ``None`` (default): generated
+        root: a folder with ``image_data.json``, ``objects.json``, ``relationships.json``, the
+            images as ``<image_id>.jpg`` in ``VG_100K/`` and ``VG_100K_2/`` (the release's layout) or
+            ``images/``, and optionally the alias files. Every image a kept relationship refers to
+            is checked at ``setup()``. ``None`` (default): generated
             scenes (:func:`~lightning_granndis.vrd.scenes.write_scenes`) written once to
             ``data/vg_scenes/v<version>-n<num_images>-seed<seed>``.
         num_objects, num_predicates: vocabulary sizes (default 150 / 50, Visual Genome's usual;
@@ -195,7 +202,14 @@ class VisualGenomeDataModule(RelationshipDataModule):
         self.object_names = vocabulary([name for name, _ in annotated.values()], hp.num_objects)
         self.predicate_names = vocabulary([r.predicate for r in rels], hp.num_predicates)
         objects, predicates = set(self.object_names), set(self.predicate_names)
-        rels = [r for r in rels if r.subject in objects and r.object in objects and r.predicate in predicates]
+        kept = [r for r in rels if r.subject in objects and r.object in objects and r.predicate in predicates]
+        #: relationships read, and those left out as outside the object/predicate vocabulary
+        self.relationship_counts = {"read": len(rels), "out_of_vocabulary": len(rels) - len(kept)}
+        rank_zero_info(f"Visual Genome ({self.root}): {len(kept):,} of {len(rels):,} relationships kept, "
+                       f"{len(rels) - len(kept):,} left out as outside the {hp.num_objects}-object / "
+                       f"{hp.num_predicates}-predicate vocabulary.")
+        rels = kept
+        images = find_images(self.root, (r.image_id for r in rels))
         ids = sorted(sizes)
         order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(hp.seed)).tolist()
         n_val, n_test = int(hp.val_fraction * len(ids)), int(hp.test_fraction * len(ids))
@@ -204,4 +218,4 @@ class VisualGenomeDataModule(RelationshipDataModule):
             split_of[ids[idx]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
         parts = {k: [r for r in rels if split_of[r.image_id] == k] for k in ("train", "val", "test")}
         unseen = {r.triplet for r in rels} - {r.triplet for r in parts["train"]}
-        self.splits = self._datasets(parts, sizes, self.root / "images", unseen)
+        self.splits = self._datasets(parts, sizes, images, unseen)

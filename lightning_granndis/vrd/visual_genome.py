@@ -1,5 +1,6 @@
 """Reading Visual Genome's relationship annotations (``image_data.json``, ``objects.json``,
-``relationships.json``, optional ``object_alias.txt`` / ``relationship_alias.txt``).
+``relationships.json``, optional ``object_alias.txt`` / ``relationship_alias.txt``) and finding
+its images (``VG_100K/`` and ``VG_100K_2/`` as released, or ``images/``, as ``<image_id>.jpg``).
 
 Names are lower-cased and stripped, and aliases merged (an alias file line is
 ``canonical,synonym,synonym...``). Vocabularies keep the ``num_objects`` / ``num_predicates``
@@ -36,10 +37,38 @@ class Relationship:
         return (self.subject, self.predicate, self.object)
 
 
+#: where a Visual Genome root keeps ``<image_id>.jpg``: the release's two folders, or one
+IMAGE_FOLDERS = ("VG_100K", "VG_100K_2", "images")
+
+
+def find_images(root: str | Path, image_ids) -> dict[int, Path]:
+    """``{image_id: path}`` of every ``<image_id>.jpg`` found in ``root``'s :data:`IMAGE_FOLDERS`.
+
+    Raises ``FileNotFoundError`` naming how many of ``image_ids`` are missing, the first few, and
+    where they were looked for."""
+    root = Path(root)
+    found: dict[int, Path] = {}
+    for folder in IMAGE_FOLDERS:
+        if (root / folder).is_dir():
+            for entry in (root / folder).iterdir():
+                if entry.suffix.lower() == ".jpg" and entry.stem.isdigit():
+                    found.setdefault(int(entry.stem), entry)
+    wanted = sorted(set(image_ids))
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        first = ", ".join(f"{i}.jpg" for i in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise FileNotFoundError(
+            f"{len(missing)} of the {len(wanted)} images that {root / 'relationships.json'} refers to are missing "
+            f"({first}); looked in {', '.join(str(root / d) for d in IMAGE_FOLDERS)}. Put each <image_id>.jpg in "
+            f"{' or '.join(f'{d}/' for d in IMAGE_FOLDERS)} (Visual Genome's release unpacks into VG_100K/ and "
+            "VG_100K_2/), or leave those images' relationships out.")
+    return {i: found[i] for i in wanted}
+
+
 def load_json(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: a Visual Genome root holds image_data.json, objects.json and "
-                                "relationships.json (and images/).")
+                                f"relationships.json (and the images in {' or '.join(f'{d}/' for d in IMAGE_FOLDERS)}).")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
