@@ -28,6 +28,7 @@ Measured wall seconds of an operation are booked to the slowest link class it us
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -122,6 +123,138 @@ def scatter_objects(objs: list | None, src: int = 0) -> object:
 def barrier(group=None) -> None:
     if is_initialized():
         dist.barrier(group=group)
+
+
+# ---------------------------------------------------------------- errors shared through the store
+#: where a failing rank leaves its exception for its peers (in the process group's key-value store),
+#: and a counter of the ranks that failed with an error of their own
+_ERROR_KEY = "lightning_granndis/error/{}"
+_FAILED_KEY = "lightning_granndis/failed"
+#: set while this process handles an exception of its own (its watch then stands down)
+_handling = threading.Event()
+_COMM_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL", "Gloo", "gloo",
+                 "Timed out", "timed out", "Socket Timeout")
+
+
+def is_communication_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a rank sees when a *peer* failed (its collective broke off)."""
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _COMM_MARKERS)
+
+
+def _store():
+    try:
+        return dist.distributed_c10d._get_default_store() if is_initialized() else None
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+
+
+def publish_error(exc: BaseException) -> None:
+    """Leaves this rank's exception (type, message, where it was raised) in the store, so that the
+    peers whose collectives break off because of it can name it. Best effort: never raises."""
+    store = _store()
+    if store is None:
+        return
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (raised at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    kind = "comm" if is_communication_error(exc) else "root"
+    try:
+        store.set(_ERROR_KEY.format(get_rank()), f"{kind}|{type(exc).__name__}: {exc}{where}"[:4000])
+        if kind == "root":
+            store.add(_FAILED_KEY, 1)
+    except Exception:  # noqa: BLE001 - the store may be gone with the rank that hosted it
+        pass
+
+
+def peer_errors(wait_s: float = 1.0) -> dict[int, str]:
+    """``{rank: "Type: message (raised at file:line)"}`` of the other ranks that failed with an
+    error of their own (not a broken-off collective), waiting up to ``wait_s`` for one to appear."""
+    store = _store()
+    if store is None:
+        return {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = {}
+        try:
+            for rank in range(get_world_size()):
+                key = _ERROR_KEY.format(rank)
+                if rank != get_rank() and store.check([key]):
+                    kind, text = store.get(key).decode().split("|", 1)
+                    if kind == "root":
+                        found[rank] = text
+        except Exception:  # noqa: BLE001 - a store whose host died answers nothing more
+            return found
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
+def explain_failure(exc: BaseException, wait_s: float = 1.0) -> None:
+    """Publishes ``exc`` and adds a note naming the rank that failed first: on a rank whose
+    collective broke off, the peers' own errors; on the failing rank, its rank. Call it where an
+    exception leaves a distributed run (a strategy's ``on_exception``)."""
+    if not is_initialized():
+        return
+    _handling.set()
+    publish_error(exc)
+    rank, world = get_rank(), get_world_size()
+    if not is_communication_error(exc):
+        exc.add_note(f"[lightning_granndis] raised on rank {rank} of {world}; the other ranks' errors name it.")
+        return
+    for peer, text in sorted(peer_errors(wait_s).items()):
+        exc.add_note(f"[lightning_granndis] rank {peer} of {world} failed first with {text}; this error on rank "
+                     f"{rank} is its consequence (a collective with rank {peer} broke off).")
+
+
+class FailureWatch:
+    """A daemon thread that ends this rank when a peer fails while this rank waits.
+
+    A rank blocked in a collective with a *live* peer (rank 0 waiting for rank 1, which waits for
+    the failed rank 2) would otherwise wait for the process group's timeout, and a launcher's
+    SIGTERM cannot interrupt a wait inside gloo or NCCL. The watch polls the store every
+    ``interval_s``; once a peer has published an error of its own, it gives this rank ``grace_s``
+    to raise (its collective broken off, :func:`explain_failure` names the cause), and otherwise
+    prints which rank failed and why, and exits the process with status 1.
+    """
+
+    def __init__(self, interval_s: float = 0.2, grace_s: float = 2.0) -> None:
+        self.interval_s, self.grace_s = interval_s, grace_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "FailureWatch":
+        store = _store()
+        if store is not None and self._thread is None:
+            _handling.clear()
+            self._thread = threading.Thread(target=self._run, args=(store,), name="lightning_granndis-failure-watch",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self, store) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                if not store.check([_FAILED_KEY]):
+                    continue
+            except Exception:  # noqa: BLE001 - no store, nothing to watch
+                return
+            if self._stop.wait(self.grace_s) or _handling.is_set():
+                return  # finished, or raising on its own (with the note)
+            import sys
+
+            peers = peer_errors(wait_s=0.0)
+            cause = "; ".join(f"rank {r} of {get_world_size()} failed with {t}" for r, t in sorted(peers.items()))
+            sys.stderr.write(f"\n[lightning_granndis] rank {get_rank()} of {get_world_size()} stops: "
+                             f"{cause or 'a peer failed'}. This rank was waiting in a collective that cannot "
+                             "complete.\n")
+            sys.stderr.flush()
+            os._exit(1)
 
 
 def _chunk_sizes(total: int, parts: int) -> list[int]:

@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
     def load(name):
         return [json.loads((out / name.replace(":", "_") / f"rank{r}.json").read_text()) for r in range(4)]
 
-    return {"load": load, "root": root}
+    return {"load": load, "root": root, "out": out}
 
 
 def reference(root, conv: str, steps: int = STEPS):
@@ -79,6 +79,9 @@ def test_exact_modes_equal_single_process(runs, name):
     ref = reference(runs["root"], name.split(":")[1])
     # the rank losses are reweighted shares of the global mean: their average is the global loss
     assert abs(sum(r["loss"] for r in ranks) / 4 - ref["loss"]) < 1e-5
+    # and what the module logs (a plain self.log("train_loss", loss)) is that loss, on every rank
+    for r in ranks:
+        assert abs(r["logged_loss"] - ref["loss"]) < 1e-5
     covered = torch.cat([torch.tensor(r["ids"]) for r in ranks])
     assert covered.numel() == ref["num_nodes"] and covered.unique().numel() == ref["num_nodes"]
     for r in ranks:
@@ -89,6 +92,26 @@ def test_exact_modes_equal_single_process(runs, name):
             assert torch.allclose(torch.tensor(r["grads"][key]), grad, atol=1e-5, rtol=0), key
         for key, value in ref["params"].items():
             assert torch.allclose(torch.tensor(r["params"][key]), value, atol=1e-5, rtol=0), key
+
+
+@pytest.mark.parametrize("name", EXACT + OTHERS)
+def test_predict_returns_every_vertex_in_order_equal_to_one_process_with_the_same_weights(runs, name):
+    """A default Trainer's predict on the datamodule: on every rank the same [N, classes] tensor,
+    equal to one process's forward with the trained weights; a BasePredictionWriter gets it too."""
+    ranks = runs["load"](name)
+    assert len({r["pred_sha"] for r in ranks}) == 1
+    dm = OGBNodeDataModule("synthetic-tiny", root=str(runs["root"]))
+    dm.setup()
+    model = GNNNodeClassifier(dm.num_features, dm.num_classes, conv=name.split(":")[1], hidden=16, dropout=0.0)
+    model.load_state_dict({k: torch.tensor(v) for k, v in ranks[0]["params"].items()})
+    model.eval()
+    with torch.no_grad():
+        want = model(dm.data.x, dm.data.edge_index)
+    got = torch.tensor(ranks[0]["pred"])
+    assert got.shape == want.shape == (dm.data.num_nodes, dm.num_classes)
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+    written = torch.load(runs["out"] / name.replace(":", "_") / "written.pt", weights_only=True)
+    assert torch.equal(written, got)
 
 
 @pytest.mark.parametrize("name", ["flx:sage", "flx:gcn", "flx:gat", "cob:sage", "eas:sage", "eas_q4:sage"])

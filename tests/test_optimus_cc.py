@@ -19,7 +19,7 @@ from lightning_granndis.pipeline import consolidate_checkpoint
 PARAM_TOL, LOSS_TOL = 5e-5, 1e-5
 
 D2 = {"stages": 2, "replicas": 2, "batch": 8, "steps": 3}
-CKPT = {"stages": 2, "replicas": 2, "batch": 8, "model": {"lr_schedule": "constant"},
+CKPT = {"stages": 2, "replicas": 2, "batch": 8, "model": {"lr_schedule": "constant", "dropout": 0.1},
         "strategy": {"compress_backward": True, "rank": 4, "dp_compression": True, "dp_rank": 2}}
 EXACT = {
     "gpipe_s2_dp2": {**D2, "schedule": "gpipe", "validate": True},
@@ -40,6 +40,8 @@ def configs(out):
     # 6 steps per epoch; Lightning resumes a plain DataLoader at an epoch boundary, so the run
     # saves at the end of epoch 0 (step 6) and step 7 is the first resumed step.
     cfgs += [
+        {**D2, "tag": "dropout_a", "model": {"dropout": 0.1}, "steps": 1},
+        {**D2, "tag": "dropout_b", "model": {"dropout": 0.1}, "steps": 1},
         {**CKPT, "tag": "ckpt_full", "steps": 7, "ckpt_every": 1, "ckpt_dir": str(out / "ckpt"),
          "save": str(out / "full.ckpt")},
         {**CKPT, "tag": "ckpt_resumed", "steps": 7, "resume": str(out / "ckpt" / "step=6.ckpt")},
@@ -134,7 +136,8 @@ def test_inter_server_only_compresses_just_the_boundary_that_crosses_servers(run
 
 def test_resume_from_per_stage_shards_is_exact(runs):
     """Weights, AdamW moments, the LEP residual and PowerSGD's warm-start Q and errors all come back:
-    the first step after resuming is bit-identical to the uninterrupted run's."""
+    the first step after resuming is bit-identical to the uninterrupted run's (with dropout: each
+    rank's generator state travels in the checkpoint)."""
     shards = runs["out"] / "ckpt"
     assert (shards / "step=6.ckpt").exists() and (shards / "step=6.ckpt.stage1").exists()
     full, resumed = runs["load"]("ckpt_full"), runs["load"]("ckpt_resumed")
@@ -143,6 +146,16 @@ def test_resume_from_per_stage_shards_is_exact(runs):
         assert a["params"].keys() == b["params"].keys()
         for name in a["params"]:
             np.testing.assert_array_equal(np.asarray(a["params"][name]), np.asarray(b["params"][name]))
+
+
+def test_every_stage_and_replica_draws_its_own_reproducible_randomness(runs):
+    """Seeded alike, the 2 stages x 2 replicas start training from four different generator
+    states (so their dropout masks differ), the same ones on a second run."""
+    first, second = runs["load"]("dropout_a"), runs["load"]("dropout_b")
+    states = [r["rng_at_start"] for r in first]
+    assert len(set(states)) == 4
+    assert states == [r["rng_at_start"] for r in second]
+    assert first[0]["losses"] == second[0]["losses"]
 
 
 def test_consolidated_export_loads_into_one_device_model(runs):

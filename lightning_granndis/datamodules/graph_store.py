@@ -58,6 +58,9 @@ class GraphStoreDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader()
 
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader()
+
 
 def source_info(path: Path) -> dict | None:
     """What identifies the file a graph was loaded from, cheaply (size and modification time)."""

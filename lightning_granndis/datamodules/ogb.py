@@ -224,6 +224,10 @@ class OGBNodeDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._full_batch()
 
+    def predict_dataloader(self) -> DataLoader:
+        """The whole graph: the GNN strategies predict every vertex (exact full-graph inference)."""
+        return self._full_batch()
+
 
 def _available_memory() -> int:
     """Bytes of memory available for new allocations (Linux ``MemAvailable``), 0 if unknown."""

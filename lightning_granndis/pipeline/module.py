@@ -26,6 +26,10 @@ class PipelinedModule(pl.LightningModule):
 
     ``training_step``/``validation_step``/``test_step`` below log ``{train,val,test}_loss``; write
     your own freely, as long as they get the loss from :meth:`pipeline_step` (once per step).
+    Metrics from outputs: ``loss, out = self.pipeline_step(batch, return_outputs=True)`` in a step,
+    or ``self(x)`` without gradients (validation, test, predict); both give the last block's output
+    on every rank, so logged metrics, ``ModelCheckpoint`` and ``EarlyStopping`` work on them. Do not
+    log inside :meth:`pipeline_loss`: under the pipeline it runs on the last stage only.
     """
 
     #: set by the pipeline strategy: ``runner(module, batch) -> loss`` (``None``: plain forward)
@@ -49,15 +53,25 @@ class PipelinedModule(pl.LightningModule):
         raise NotImplementedError(f"{type(self).__name__} must implement pipeline_loss(output, batch).")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output for the first block's input ``x``. Under a pipeline strategy a
+        forward-only pass through the stages, the output on every rank (so ``self(x)`` works in
+        ``validation_step``/``test_step``/``predict_step``; it needs gradients off)."""
+        if self._pipeline_runner is not None:
+            return self._pipeline_runner.forward_outputs(x)
         for block in self.pipeline_blocks():
             x = block(x)
         return x
 
-    def pipeline_step(self, batch: Any) -> torch.Tensor:
-        """The batch's loss: run by the pipeline when one is attached, else on this device."""
+    def pipeline_step(self, batch: Any, return_outputs: bool = False):
+        """The batch's loss: run by the pipeline when one is attached, else on this device. With
+        ``return_outputs``, ``(loss, outputs)``: also the last block's output for the whole batch,
+        detached, on every rank, to compute metrics from (it is sent from the last stage to the
+        others: a tensor of the output's size per step)."""
         if self._pipeline_runner is not None:
-            return self._pipeline_runner(self, batch)
-        return self.pipeline_loss(self(self.pipeline_input(batch)), batch)
+            return self._pipeline_runner(self, batch, return_outputs=return_outputs)
+        output = self(self.pipeline_input(batch))
+        loss = self.pipeline_loss(output, batch)
+        return (loss, output.detach()) if return_outputs else loss
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.pipeline_step(batch)
@@ -73,6 +87,10 @@ class PipelinedModule(pl.LightningModule):
         loss = self.pipeline_step(batch)
         self.log("test_loss", loss, sync_dist=True)
         return loss
+
+    def predict_step(self, batch: Any, batch_idx: int = 0) -> torch.Tensor:
+        """The last block's output for the batch, on every rank."""
+        return self(self.pipeline_input(batch))
 
 
 def batch_rows(batch: Any) -> int:

@@ -24,7 +24,7 @@ from torch import nn
 from lightning_granndis.comm import Communicator
 from lightning_granndis.compression.low_rank import LowRankCompressor
 from lightning_granndis.pipeline.module import batch_rows, micro_ranges, slice_batch
-from lightning_granndis.pipeline.p2p import StageLink
+from lightning_granndis.pipeline.p2p import MAX_DIMS, StageLink, header_of, parse_header
 from lightning_granndis.pipeline.schedules import Action, build_schedule
 
 
@@ -117,8 +117,37 @@ class PipelineRuntime:
         return x
 
     # ------------------------------------------------------------------ one batch
-    def __call__(self, module, batch: Any) -> torch.Tensor:
-        train = torch.is_grad_enabled()
+    def __call__(self, module, batch: Any, return_outputs: bool = False):
+        """The batch's loss on every stage (and, with ``return_outputs``, the last block's
+        outputs for the whole batch, detached, on every stage too)."""
+        def loss_of(y, micro):
+            if self.stages == 1:
+                return module.pipeline_loss(y, micro)
+            own = module.__dict__.get("log")
+            module.log = _log_refused  # a value logged here would exist on the last stage only
+            try:
+                return module.pipeline_loss(y, micro)
+            finally:
+                if own is None:
+                    del module.log
+                else:
+                    module.log = own
+
+        return self._run(batch, module.pipeline_input, loss_of, return_outputs)
+
+    def forward_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output for the first block's input ``x``, on every stage: a
+        forward-only pass through the pipeline (what ``module(x)`` means under the strategy)."""
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "under the pipeline, module(x) returns outputs without a backward (they come from the last stage): "
+                "call it under torch.no_grad() (validation, test and predict already are), or get the loss and the "
+                "outputs of a training batch with self.pipeline_step(batch, return_outputs=True)."
+            )
+        return self._run(x, lambda micro: micro, None, True)[1]
+
+    def _run(self, batch: Any, input_of, loss_of, keep_outputs: bool):
+        train = torch.is_grad_enabled() and loss_of is not None
         rows = batch_rows(batch)
         ranges = micro_ranges(rows, self.micro_batches)
         micro = [slice_batch(batch, a, b) for a, b in ranges]
@@ -132,29 +161,33 @@ class PipelineRuntime:
         inputs: dict[int, torch.Tensor] = {}
         outputs: dict[int, torch.Tensor] = {}
         losses: dict[int, torch.Tensor] = {}
+        kept: dict[int, torch.Tensor] = {}
         prev = self.chain[self.stage - 1] if not self.first else None
         nxt = self.chain[self.stage + 1] if not self.last else None
         for action in actions:
             i = action.micro
             if action.kind == "F":
                 if self.first:
-                    x = module.pipeline_input(micro[i])
+                    x = input_of(micro[i])
                 else:
                     x = self.link.recv_activation(prev)
                     if train and x.is_floating_point():
                         x.requires_grad_(True)
                 y = self.forward_blocks(x)
                 if self.last:
-                    loss = module.pipeline_loss(y, micro[i])
-                    losses[i] = loss.detach()
-                    outputs[i] = loss * weights[i]
+                    if keep_outputs:
+                        kept[i] = y.detach()
+                    if loss_of is not None:
+                        loss = loss_of(y, micro[i])
+                        losses[i] = loss.detach()
+                        outputs[i] = loss * weights[i]
                 else:
                     self.link.send_activation(y, nxt)
                     outputs[i] = y
                 if train:
                     inputs[i] = x
                 else:
-                    outputs.pop(i)
+                    outputs.pop(i, None)
             else:
                 out = outputs.pop(i)
                 if self.last:
@@ -175,12 +208,34 @@ class PipelineRuntime:
             self.grads = [p.grad for p in self.params]
             for p, g in zip(self.params, saved):
                 p.grad = g
+        result = None
+        if keep_outputs:
+            result = torch.cat([kept[i] for i in range(len(ranges))]) if self.last else None
+            result = self._from_last_stage(result)
+        if loss_of is None:
+            return None, result
         loss = torch.zeros((), device=self.device)
         if self.last:
             loss = sum(w * losses[i] for i, w in enumerate(weights)).to(self.device).float()
         if self.stages > 1:
             self.comm.broadcast(loss, src=self.chain[-1], purpose="other", group=self.chain_group)
-        return loss
+        return (loss, result) if keep_outputs else loss
+
+    def _from_last_stage(self, tensor: torch.Tensor | None) -> torch.Tensor:
+        """``tensor`` (held by the last stage) on every stage of the chain: a shape header, then
+        the data (booked as ``other``)."""
+        if self.stages == 1:
+            return tensor
+        src = self.chain[-1]
+        head = header_of(tensor).to(self.device) if self.last else torch.zeros(MAX_DIMS + 2, dtype=torch.int64,
+                                                                               device=self.device)
+        self.comm.broadcast(head, src=src, purpose="other", group=self.chain_group)
+        if not self.last:
+            shape, dtype = parse_header(head.cpu())
+            tensor = torch.empty(shape, dtype=dtype, device=self.device)
+        self.comm.broadcast(tensor.contiguous() if self.last else tensor, src=src, purpose="other",
+                            group=self.chain_group)
+        return tensor
 
     def apply_grads(self, scale: float = 1.0) -> None:
         """Adds the gradients of the last training batch, times ``scale``, into ``.grad``."""
@@ -192,3 +247,12 @@ class PipelineRuntime:
             g = g * scale if scale != 1.0 else g
             p.grad = g.clone() if p.grad is None else p.grad.add_(g)
         self.grads = None
+
+
+def _log_refused(name: str, *args: Any, **kwargs: Any) -> None:
+    raise RuntimeError(
+        f"self.log({name!r}, ...) inside pipeline_loss: under the pipeline, pipeline_loss runs on the last stage "
+        "only, so the value would exist on one rank (ModelCheckpoint or EarlyStopping monitoring it would fail on "
+        "the others). Compute the metric in your step from `loss, outputs = self.pipeline_step(batch, "
+        "return_outputs=True)` (or `self(x)` without gradients) and log it there: the outputs are on every rank."
+    )

@@ -41,6 +41,7 @@ from lightning_granndis.strategies.graph_batches import (
     materialise,
     rank_batch,
 )
+from lightning_granndis.strategies.seed_weighted_logging import seed_weighted_logging
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 MODES = ("auto", "flx", "cob", "eas")
@@ -68,7 +69,10 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
       :mod:`lightning_granndis.graph.cost_model`) and says which and why.
 
     The loss covers only the seed (inner) vertices a rank owns, reweighted so that the gradient is
-    the mean over all seeds of the (co-)batch, as in single-process training. Validation and test
+    the mean over all seeds of the (co-)batch, as in single-process training. A scalar the module
+    logs in ``training_step`` (its loss, an accuracy) is taken as a mean over the rank's seeds and
+    logged as the mean over all seeds, on every rank: what single-process training logs
+    (:mod:`~lightning_granndis.strategies.seed_weighted_logging`). Validation and test
     run exact full-graph inference (the graph split across all ranks, halos exchanged among all of
     them, booked as ``eval``); each rank counts its correct vertices and the sums give
     ``val_acc``/``test_acc`` — the module's own ``validation_step``/``test_step`` are not
@@ -400,8 +404,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     def training_step(self, *args: Any, **kwargs: Any):
         batch = args[0]
         self._activate(batch)
-        out = super().training_step(*args, **kwargs)
         weight = self._parts[int(batch.granndis_key)].weight
+        with seed_weighted_logging(self.lightning_module, weight, self.world_size):
+            out = super().training_step(*args, **kwargs)
         if isinstance(out, torch.Tensor):
             return _reweight(out, weight)
         if isinstance(out, dict) and isinstance(out.get("loss"), torch.Tensor):
@@ -438,12 +443,43 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     def test_step(self, *args: Any, **kwargs: Any):
         return self._evaluate("test", args, kwargs, super().test_step)
 
+    @property
+    @override
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        # every rank reads the whole-graph loader (one item) and keeps its own part of it
+        return {"num_replicas": 1, "rank": 0}
+
     @override
     def predict_step(self, *args: Any, **kwargs: Any):
-        """The module's ``predict_step`` on the rank's part of the exact full-graph split (its rows
-        are ``batch.n_id``)."""
-        self._activate(args[0])
-        return super().predict_step(*args, **kwargs)
+        """Predictions for every vertex, in vertex order, the same on every rank: the module's
+        ``predict_step`` (or, when it has none, ``module(batch.x, batch.edge_index)``) on the
+        rank's part of the exact full-graph split, whose rows are ``batch.n_id``, gathered by id."""
+        from lightning.pytorch.utilities.model_helpers import is_overridden
+
+        batch = args[0]
+        self._activate(batch)
+        module = self.lightning_module
+        with self.precision_plugin.predict_step_context():
+            if is_overridden("predict_step", module):
+                out = super().predict_step(*args, **kwargs)
+            else:
+                out = module(batch.x, batch.edge_index)
+        rows = batch.n_id
+        if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != rows.numel():
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"predict_step returned {shape} on rank {self.global_rank}; under {self.strategy_name} it must "
+                f"return one tensor with a row per vertex of the batch ({rows.numel()} rows, ids batch.n_id), "
+                "which the strategy gathers into every vertex's prediction in vertex order."
+            )
+        parts = comm.gather_objects((rows.cpu(), out.detach().cpu()))
+        total = sum(int(r.numel()) for r, _ in parts)
+        full = torch.empty((total, *out.shape[1:]), dtype=out.dtype)
+        seen = torch.zeros(total, dtype=torch.bool)
+        for r, o in parts:
+            full[r], seen[r] = o, True
+        assert bool(seen.all()), "the exact split owns every vertex once"
+        return full.to(out.device)
 
     @classmethod
     @override

@@ -56,6 +56,11 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         **kwargs: passed on to Lightning's ``DDPStrategy`` (launch, process group, timeouts).
 
     Traffic is booked as ``activation``, ``activation_grad``, ``grad_sync`` and ``embedding_sync``.
+
+    Randomness: once the model is split, every rank's torch generator is re-seeded from the run's
+    seed, its stage and its replica (:func:`stage_seed`), so stages and replicas draw independent
+    dropout masks, reproducibly; each rank's generator state is saved in the checkpoint, so resume
+    stays exact.
     """
 
     strategy_name = "compressed_pipeline"
@@ -151,6 +156,8 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
                                    memory_cap=self.memory_cap, microbatches=self.microbatches,
                                    device=self.root_device)
         layout = self.layout
+        # every rank built the same model from the same seed; from here on its own stream
+        torch.manual_seed(stage_seed(torch.initial_seed(), layout.stage, layout.replica))
         if self.global_rank == 0:
             rank_zero_info(layout.describe())
         compression = None
@@ -245,9 +252,9 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
         assert self.layout is not None
-        # Residuals (LEP, PowerSGD) differ per replica: stage s's shard keeps every replica's.
-        states = comm.gather_objects(_move(self._compression_state(), "cpu"), group=self.layout.dp_group) \
-            if self.replicas > 1 else [self._compression_state()]
+        # Residuals (LEP, PowerSGD) and generators differ per replica: stage s's shard keeps every replica's.
+        states = comm.gather_objects(_move(self._rank_state(), "cpu"), group=self.layout.dp_group) \
+            if self.replicas > 1 else [self._rank_state()]
         if self.layout.replica != 0:
             return
         checkpoint["pipeline"] = self.layout.metadata()
@@ -269,7 +276,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         self.layout.check_metadata(checkpoint.get("pipeline"), path)
         states = checkpoint.get("pipeline_state", {}).get("replicas", [])
         if states:
-            self._load_compression_state(_move(states[self.layout.replica], self.root_device))
+            self._load_rank_state(states[self.layout.replica])
         return checkpoint
 
     @override
@@ -277,15 +284,24 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         if self.layout is not None and self.layout.replica == 0:
             self.checkpoint_io.remove_checkpoint(self.shard_path(filepath))
 
-    def _compression_state(self) -> dict:
-        state: dict = {}
+    def _rank_state(self) -> dict:
+        """What differs per replica: compression residuals and the generator state."""
+        state: dict = {"rng": {"cpu": torch.get_rng_state()}}
+        if self.root_device.type == "cuda":
+            state["rng"]["cuda"] = torch.cuda.get_rng_state(self.root_device)
         if self.runtime is not None and self.runtime.compressor is not None:
             state["backward"] = self.runtime.compressor.state_dict()
         if self.reducer is not None:
             state["dp"] = self.reducer.state_dict()
         return state
 
-    def _load_compression_state(self, state: dict) -> None:
+    def _load_rank_state(self, state: dict) -> None:
+        rng = state.get("rng", {})
+        if "cpu" in rng:
+            torch.set_rng_state(rng["cpu"].cpu())
+        if "cuda" in rng and self.root_device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.root_device)
+        state = _move({k: v for k, v in state.items() if k != "rng"}, self.root_device)
         if self.runtime is not None and self.runtime.compressor is not None and "backward" in state:
             self.runtime.compressor.load_state_dict(state["backward"])
         if self.reducer is not None and "dp" in state:
@@ -306,6 +322,12 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             compress_backward=True, lep=True, fused_embedding=True, dp_compression=True, selective_stages=None,
             override=True,
         )
+
+
+def stage_seed(seed: int, stage: int, replica: int) -> int:
+    """A seed for ``(stage, replica)`` derived from the run's ``seed``: distinct for every pair,
+    the same on every run."""
+    return (seed * 1_000_003 + stage * 10_007 + replica + 1) % 2**63
 
 
 def _move(state, device):

@@ -59,6 +59,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         self.hierarchical = hierarchical
         self.topology: ServerTopology | None = None
         self.comm: comm.Communicator | None = None
+        self._failure_watch: comm.FailureWatch | None = None
 
     @property
     def link_model(self) -> LinkModel:
@@ -69,6 +70,19 @@ class ServerAwareDDPStrategy(DDPStrategy):
         """The topology of this run, checked against the world size (no process group needed)."""
         world = self.num_nodes * self.num_processes
         return ServerTopology(world_size=world, servers=self._servers or self.num_nodes, nodes=self.num_nodes)
+
+    @override
+    def teardown(self) -> None:
+        if self._failure_watch is not None:
+            self._failure_watch.stop()
+            self._failure_watch = None
+        super().teardown()
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        super().on_exception(exception)
+        # every rank's error names the rank that failed first, not only gloo's "Connection closed"
+        comm.explain_failure(exception)
 
     @override
     def _configure_launcher(self) -> None:
@@ -87,6 +101,8 @@ class ServerAwareDDPStrategy(DDPStrategy):
         if self._link_model.reference is not None:
             self._link_model = self._link_model.resolve_reference(self._rank_speed(self._link_model.reference_by))
         self.comm = comm.Communicator(self.topology, self._link_model, emulate=self.emulate)
+        if self._failure_watch is None:  # a rank waiting on a failed peer stops, saying why
+            self._failure_watch = comm.FailureWatch().start()
 
     def setup_without_ddp(self, trainer, prepare_model) -> None:
         """Lightning's set-up minus the DDP wrapper, for strategies that move gradients themselves

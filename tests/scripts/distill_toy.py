@@ -51,3 +51,20 @@ class ToyData(pl.LightningDataModule):
 
     def val_dataloader(self):
         return DataLoader(TensorDataset(self.x[32:], self.y[32:]), batch_size=self.batch_size, shuffle=False)
+
+
+class ToyDataInLightningsOrder(ToyData):
+    """The training order Lightning gives a multi-process run by default (a shuffling
+    ``DistributedSampler`` of one replica, seeded by ``seed_everything``), for a one-process run:
+    the README's one line."""
+
+    def __init__(self, seed: int, batch_size: int = 10) -> None:
+        super().__init__(batch_size)
+        self.seed = seed
+
+    def train_dataloader(self):
+        from torch.utils.data import DistributedSampler
+
+        data = TensorDataset(self.x[:32], self.y[:32])
+        return DataLoader(data, batch_size=self.batch_size,
+                          sampler=DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=self.seed))

@@ -6,6 +6,7 @@ the exact test accuracy.
 usage: gnn_strategies.py OUT DATA_ROOT STEPS NAME[,NAME...]   (NAME = strategy:conv[:epochs[:seed]])
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 
 import lightning_granndis  # noqa: F401
 from lightning_granndis import comm as _comm_module
@@ -48,10 +49,24 @@ class Capture(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == 1:
             self.record["loss"] = float(outputs["loss"])
+            self.record["logged_loss"] = float(trainer.callback_metrics["train_loss"])
 
     def on_after_backward(self, trainer, pl_module):
         if trainer.global_step == 0 and "grads" not in self.record:
             self.record["grads"] = {k: p.grad.detach().clone().tolist() for k, p in pl_module.named_parameters()}
+
+
+class SaveOnRankZero(BasePredictionWriter):
+    """What a user's writer does: every vertex's prediction, once."""
+
+    def __init__(self, path):
+        super().__init__(write_interval="epoch")
+        self.path = path
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices):
+        if trainer.is_global_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(torch.cat(predictions), self.path)
 
 
 SCATTERS = [0]  # how often this rank took part in handing out plans (a store needs none)
@@ -97,7 +112,8 @@ for name in names:
     limits = dict(max_epochs=epochs) if epochs else dict(max_steps=steps)
     local = int(os.environ["LOCAL_WORLD_SIZE"])
     trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=int(os.environ["WORLD_SIZE"]) // local,
-                         strategy=strategy, logger=False, callbacks=[capture, monitor],
+                         strategy=strategy, logger=False,
+                         callbacks=[capture, monitor, SaveOnRankZero(out / name.replace(":", "_") / "written.pt")],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1000, **limits)
     trainer.fit(model, datamodule=dm)
@@ -105,6 +121,12 @@ for name in names:
     trainer.test(model, datamodule=dm, verbose=False)
     rank = trainer.global_rank
     record = dict(capture.record)
+    # a user's predict: a default Trainer's predict on the same datamodule (and a prediction writer)
+    predictions = trainer.predict(model, datamodule=dm)
+    pred = torch.cat(predictions)
+    record["pred_sha"] = hashlib.sha1(pred.numpy().tobytes()).hexdigest()
+    if rank == 0:
+        record["pred"] = pred.tolist()
     shard = next(iter(strategy._shards.values()))
     record.update(store=store, scatters=SCATTERS[0], server=shard.server,
                   held_rows=sum(int(p.x.shape[0]) for p in shard.train) + int(shard.eval.x.shape[0]),

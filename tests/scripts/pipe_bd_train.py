@@ -24,7 +24,7 @@ out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 
 
-def fit(name: str, spec: str, callbacks=(), ckpt_path=None) -> None:
+def fit(name: str, spec: str, callbacks=(), ckpt_path=None, lightning_sampler: bool = False) -> None:
     mode, schedule, widths, dpu = spec.split(":")
     if schedule not in ("auto", "even"):
         schedule = [[int(b) for b in s.split(",")] for s in schedule.split("/")]
@@ -34,7 +34,7 @@ def fit(name: str, spec: str, callbacks=(), ckpt_path=None) -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, max_epochs=2, logger=False,
                          enable_checkpointing=bool(callbacks), callbacks=list(callbacks), enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0,
-                         use_distributed_sampler=False)  # the one-process order
+                         use_distributed_sampler=lightning_sampler)  # False: the DataLoader's own order
     trainer.fit(model, datamodule=ToyData(), ckpt_path=ckpt_path)
     if trainer.is_global_zero:
         torch.save({"student": model.assemble_student().state_dict(),
@@ -44,6 +44,14 @@ def fit(name: str, spec: str, callbacks=(), ckpt_path=None) -> None:
 
 for arg in sys.argv[2:]:
     name, spec = arg.split(":", 1)
+    if name == "lightning_sampler":
+        # Lightning's default: its shuffling DistributedSampler, seeded by PL_GLOBAL_SEED
+        pl.seed_everything(5, verbose=False)
+        fit(name, spec, lightning_sampler=True)
+        import os
+
+        os.environ.pop("PL_GLOBAL_SEED")
+        continue
     if name != "resume":
         fit(name, spec)
         continue

@@ -57,6 +57,13 @@ class RandomTokens(pl.LightningDataModule):
 class Record(Callback):
     def __init__(self):
         self.losses = []
+        self.rng_at_start = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        import hashlib
+
+        if self.rng_at_start is None:  # the generator each stage's dropout draws from
+            self.rng_at_start = hashlib.sha1(torch.get_rng_state().numpy().tobytes()).hexdigest()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append(float(outputs["loss"]) * trainer.accumulate_grad_batches)
@@ -96,7 +103,7 @@ def run(cfg: dict) -> None:
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.get("resume"))
     if cfg.get("save"):
         trainer.save_checkpoint(cfg["save"])
-    result = {"losses": record.losses, "params": {k: v.tolist() for k, v in model.state_dict().items()
+    result = {"losses": record.losses, "rng_at_start": record.rng_at_start, "params": {k: v.tolist() for k, v in model.state_dict().items()
                                                    if v.is_floating_point()}}
     if distributed:
         from lightning_granndis.ledger import PURPOSES
