@@ -17,6 +17,7 @@ from lightning_granndis.graph.cost_model import (
     choose_mode,
     memory_bytes,
 )
+from lightning_granndis.graph.batch_norm import DistributedBatchNorm
 from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
 from lightning_granndis.graph.one_hop import OneHopGraph
 from lightning_granndis.graph.epoch_sampling import cob_epoch, eas_epoch
@@ -165,6 +166,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.resolved_mode: str | None = None if mode == "auto" else mode
         self.last_eval: dict[str, float] = {}
         self._masking: OneHopMasking | None = None
+        self._batch_norm: DistributedBatchNorm | None = None
         self._shards: dict[tuple, RankShard] = {}
         self._parts: dict[int, GraphPart] = {}
         self._graphs: dict[int, OneHopGraph] = {}
@@ -187,13 +189,36 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.num_layers = self.hops or len(layers)
         self._masking = OneHopMasking(self.lightning_module, self._exchange, num_layers=self.num_layers,
                                       sparse_aggregation=self.sparse_aggregation)
+        self._batch_norm = DistributedBatchNorm(self.lightning_module, self._norm_context, self.strategy_name)
 
     @override
     def teardown(self) -> None:
         if self._masking is not None:
             self._masking.remove()
             self._masking = None
+        if self._batch_norm is not None:
+            self._batch_norm.remove()
+            self._batch_norm = None
         super().teardown()
+
+    def _norm_context(self):
+        """Which rows a BatchNorm1d's statistics cover, and over which ranks: the whole graph's
+        vertices, each once (the seed rows of every rank) in full-batch training and in exact
+        evaluation; a CoB co-batch's sampled vertices over the server's devices; an MB_base
+        mini-batch on its own rank (mini-batch semantics, as in one process)."""
+        graph = self._masking.graph if self._masking is not None else None
+        if graph is None:
+            return None
+        training = self.lightning_module.trainer.training
+        mode = self.resolved_mode if training else "eval"
+        if mode == "minibatch":
+            return None  # the rank's own mini-batch: BatchNorm1d as it is
+        if mode == "cob":
+            group = self.topology.build_groups().intra_of(self.topology, self.global_rank)
+            counted = torch.ones(graph.n_owned, dtype=torch.bool)
+        else:
+            group, counted = None, graph.seed
+        return counted, lambda t: self.comm.all_reduce_autograd(t, "other", group)
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
