@@ -34,7 +34,7 @@ def one_process(root):
     dm = OGBNodeDataModule("synthetic-tiny", root=str(root))
     dm.setup()
     d = dm.data
-    model = ArxivGCN(dm.num_features, 16, dm.num_classes)
+    model = ArxivGCN(dm.num_features, 16, dm.num_classes, optimizer="sgd")
     opt = model.configure_optimizers()
     losses = []
     for _ in range(STEPS):
