@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -122,7 +123,10 @@ class OGBNodeDataModule(pl.LightningDataModule):
         meta = self._meta()
         if meta is None:
             self._check_present()
-        with _ogb_torch_load():
+        with _ogb_torch_load(), warnings.catch_warnings():
+            # ogb wraps a read-only NumPy label array (torch warns once per process, i.e. per rank);
+            # nothing writes into it: the labels are only read
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return PygNodePropPredDataset(name=self.name, root=str(self.root), meta_dict=meta)
 
     def prepare_data(self) -> None:
