@@ -6,7 +6,11 @@ Importing the package registers its strategy names with Lightning::
     trainer = Trainer(strategy="server_aware_ddp", devices=4)
 """
 
-from lightning_granndis import _namespace
+from lightning_granndis import warnings_once
+
+warnings_once.install()  # before the libraries below warn, once per rank
+
+from lightning_granndis import _namespace  # noqa: E402
 from lightning_granndis.ledger import CommLedger
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies import (

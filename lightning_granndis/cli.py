@@ -12,6 +12,7 @@ config's ``fit`` in turn (same extra arguments) and prints a table of them side 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -132,19 +133,33 @@ def compare_table(runs: dict[str, dict], baseline: str | None = None) -> str:
     return markdown_table(headers, rows)
 
 
+_WARNING_LINE = re.compile(r"([\w./\\-]+\.py:\d+: .*)")  # "path.py:line: message", maybe after a progress bar
+#: what the strategies report about a run (their rank-zero info lines) and the plots it saved
+_REPORT_LINE = re.compile(r"^(granndis: mode|AHD|Pipe-BD|Optimus-CC|Visual Genome|plot: )")
+
+
 def compare(configs: list[str], extra: list[str], root: str = "runs/compare") -> dict[str, dict]:
     """Runs ``granndis fit --config C`` for every config (in turn, as separate launches), then
-    prints their summaries side by side."""
+    prints their summaries side by side. Each run's whole output goes to ``ROOT/NAME/log.txt``;
+    the screen shows its warnings (each once), its fit summary and, if it fails, its last lines."""
     import subprocess
 
     runs = {}
     for config in configs:
         name = Path(config).stem
         out = Path(root) / name
+        out.mkdir(parents=True, exist_ok=True)
+        log = out / "log.txt"
         cmd = [sys.executable, "-m", "lightning_granndis.cli", "fit", "--config", config,
                f"--trainer.default_root_dir={out}", *extra]
-        print(f"\n=== {name}: {' '.join(cmd[2:])}", flush=True)
-        subprocess.run(cmd, check=True)
+        print(f"\n=== {name}: {' '.join(cmd[2:])}\n    (whole output: {log})", flush=True)
+        with open(log, "w") as f:
+            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        lines = log.read_text(errors="replace").splitlines()
+        if code != 0:
+            print("\n".join(lines[-40:]), flush=True)
+            raise SystemExit(f"granndis compare: {name} failed (exit {code}); its whole output is in {log}.")
+        print(run_digest(lines), flush=True)
         runs[name] = json.loads((out / "summary.json").read_text())
     table = compare_table(runs)
     links = next((r["links"] for r in runs.values() if r.get("links")), "")
@@ -152,6 +167,17 @@ def compare(configs: list[str], extra: list[str], root: str = "runs/compare") ->
     Path(root).mkdir(parents=True, exist_ok=True)
     (Path(root) / "comparison.md").write_text(table + "\n")
     return runs
+
+
+def run_digest(lines: list[str]) -> str:
+    """A run's output in brief: its distinct warnings (first line of each, once), what the
+    strategy reported (its choices, schedules, saved plots) and the fit summary block."""
+    warned = list(dict.fromkeys(m.group(1).strip()[:200] for m in map(_WARNING_LINE.search, lines) if m))
+    reported = list(dict.fromkeys(line.strip() for line in lines if _REPORT_LINE.match(line) and "%|" not in line))
+    start = next((i for i, line in enumerate(lines) if line.startswith("== fit summary")), len(lines))
+    summary = [line for line in lines[start:] if line.strip() and "wandb" not in line]
+    text = [f"warnings ({len(warned)}, each once):", *(f"  {w}" for w in warned)] if warned else []
+    return "\n".join(text + reported + summary)
 
 
 def partition_main(argv: list[str]) -> int:

@@ -81,6 +81,21 @@ def test_compare_runs_granndis_beside_fb_base(tmp_path):
     assert eas["ledger"].get("inter/halo", {}).get("bytes", 0) == 0 and fb["ledger"]["inter/halo"]["bytes"] > 0
     assert 0.0 < eas["metrics"]["val_acc"] <= 1.0
     assert (tmp_path / "runs" / "compare" / "comparison.md").exists()
+    # readable: each run in brief on the screen, its whole output in its log
+    assert len(proc.stdout.splitlines()) < 60, proc.stdout
+    assert "Seed set to 0" in (tmp_path / "runs" / "compare" / "granndis_eas" / "log.txt").read_text()
+
+
+def test_run_digest_lists_each_warning_once_then_the_report_and_summary():
+    from lightning_granndis.cli import run_digest
+
+    warning = "/x/lib/_pytree.py:21: `isinstance(treespec, LeafSpec)` is deprecated"
+    lines = ["Seed set to 0", warning, "Epoch 0: 100%|####| 1/1 [00:01<00:00]" + warning,
+             "granndis: mode=auto chose eas: it fits", "granndis: building flx plan:  50%|##   | 1/2",
+             "== fit summary ==", "epochs: 2   steps: 2", "wandb: sync later", "val_acc: 0.5"]
+    assert run_digest(lines).splitlines() == ["warnings (1, each once):", f"  {warning}",
+                                              "granndis: mode=auto chose eas: it fits", "== fit summary ==",
+                                              "epochs: 2   steps: 2", "val_acc: 0.5"]
 
 
 def test_compare_runs_the_optimus_cc_baseline_beside_cb(tmp_path):

@@ -31,10 +31,12 @@ MEMORY = {
 
 
 @contextlib.contextmanager
-def _ogb_torch_load():
-    """ogb 1.3.6 calls ``torch.load`` bare. Since torch 2.6 that is a weights-only load, which
-    refuses PyG's ``Data``; we allow exactly PyG's data classes, and memory-map the file so the
-    ranks of one server share its pages instead of each holding a copy."""
+def _reading_ogb():
+    """Around ogb's own reading code. ogb 1.3.6 calls ``torch.load`` bare. Since torch 2.6 that is
+    a weights-only load, which refuses PyG's ``Data``; we allow exactly PyG's data classes, and
+    memory-map the file so the ranks of one server share its pages instead of each holding a copy.
+    ogb also wraps read-only NumPy arrays (labels, split indices) in tensors, which torch warns
+    about once per process, i.e. once per rank; nothing writes into them, so that warning goes."""
     from torch_geometric.data.data import Data, DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
 
@@ -42,7 +44,8 @@ def _ogb_torch_load():
     torch.load = functools.partial(original, weights_only=True, mmap=True)
     try:
         with torch.serialization.safe_globals([Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage,
-                                               EdgeStorage]):
+                                               EdgeStorage]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             yield
     finally:
         torch.load = original
@@ -123,10 +126,7 @@ class OGBNodeDataModule(pl.LightningDataModule):
         meta = self._meta()
         if meta is None:
             self._check_present()
-        with _ogb_torch_load(), warnings.catch_warnings():
-            # ogb wraps a read-only NumPy label array (torch warns once per process, i.e. per rank);
-            # nothing writes into it: the labels are only read
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        with _reading_ogb():
             return PygNodePropPredDataset(name=self.name, root=str(self.root), meta_dict=meta)
 
     def prepare_data(self) -> None:
@@ -186,7 +186,8 @@ class OGBNodeDataModule(pl.LightningDataModule):
         dataset = self._dataset()
         graph = dataset[0]
         n = graph.num_nodes
-        split = dataset.get_idx_split()
+        with _reading_ogb():
+            split = dataset.get_idx_split()
         masks = {}
         for key, ogb_key in (("train_mask", "train"), ("val_mask", "valid"), ("test_mask", "test")):
             mask = torch.zeros(n, dtype=torch.bool)

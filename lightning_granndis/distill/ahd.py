@@ -1,13 +1,13 @@
-"""Automatic Hybrid Distribution: the stage split x data-parallel widths that minimise the
+r"""Automatic Hybrid Distribution: the stage split x data-parallel widths that minimise the
 bottleneck stage (Pipe-BD, Jang et al., DATE'23, §III-C).
 
 With Decoupled Parameter Updates the stages run as a pipeline, so a step takes as long as its
 slowest stage. Stage ``k`` holding blocks ``a..b`` on ``g`` ranks (starting at rank ``r``) costs
 
 .. math::
-    c_k = \\sum_{i=a}^{b} \\big(t_i(\\lceil B/g \\rceil) + s_i(\\lceil B/g \\rceil)\\big)
-          + T_{\\text{all-reduce}}\\Big(\\sum_{i=a}^{b} |\\theta_i|, g\\Big)
-          + T_{\\text{relay}}\\big(f_{a-1} \\lceil B/g \\rceil\\big)
+    c_k = \sum_{i=a}^{b} \big(t_i(\lceil B/g \rceil) + s_i(\lceil B/g \rceil)\big)
+          + T_{\text{all-reduce}}\Big(\sum_{i=a}^{b} |\theta_i|, g\Big)
+          + T_{\text{relay}}\big(f_{a-1} \lceil B/g \rceil\big)
 
 with ``t_i``/``s_i`` the profiled teacher-forward and student forward+backward seconds of block
 ``i`` at that per-rank batch, ``θ_i`` its student parameters (ring all-reduce over the stage's

@@ -26,6 +26,10 @@ import torch
 from lightning_granndis import comm
 
 
+def _detached(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
 def _scalar(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.numel() == 1 and value.is_floating_point()
@@ -55,7 +59,7 @@ def seed_weighted_logging(module, weight: float, world_size: int):
         else:
             module.log = own
     # a rank without seeds has a NaN mean over nothing: it contributes nothing
-    shares = {name: 0.0 if weight == 0.0 else weight * float(value) for name, value, _, _ in deferred}
+    shares = {name: 0.0 if weight == 0.0 else weight * float(_detached(value)) for name, value, _, _ in deferred}
     everyone = comm.gather_objects(shares) if world_size > 1 else [shares]
     for name, value, args, kwargs in deferred:
         if all(name in other for other in everyone):
