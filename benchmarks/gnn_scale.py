@@ -216,9 +216,31 @@ def _worker_cmd(*args: str, nproc: int = 1) -> list[str]:
             "--worker", *args]
 
 
-def partition(preset: str, row: str, tmp: Path) -> dict:
+def reusable(out: Path, dataset: str, row: str) -> bool:
+    """Whether ``out`` holds a complete store of ``dataset`` made for this row's parameters (its
+    manifest records the partitioning step's own seconds and peak memory)."""
+    from lightning_granndis.graph.store.partition import store_params
+
+    manifest_path = out / "manifest.json"
+    if not manifest_path.exists():
+        return False
+    manifest = json.loads(manifest_path.read_text())
+    sampled = row in ("cob", "mb_base")
+    wanted = store_params(STORE_MODE[row], SERVERS, DEVICES, LAYERS, fanout=25 if sampled else None)
+    return manifest.get("dataset") == dataset and manifest.get("params") == wanted and all(
+        (out / e["file"]).exists() for e in manifest["shards"])
+
+
+def partition(preset: str, row: str, tmp: Path, reuse: bool = False) -> dict:
     dataset = f"synthetic-{preset}"
     out = DATA / "stores" / preset / STORE_MODE[row]
+    if reuse and reusable(out, dataset, row):
+        print(f"--- {preset}/{row}: reusing the store in {out}", flush=True)
+        manifest = json.loads((out / "manifest.json").read_text())
+        return {"status": "ok", "store": str(out), "reused": True, "partition_s": manifest["partition_seconds"],
+                "partition_peak_rss_mb": manifest["partition_peak_rss_mb"],
+                "shard_bytes": [e["bytes"] for e in manifest["shards"]],
+                "structure_bytes": (manifest["structure"] or {}).get("bytes", 0)}
     cmd = [sys.executable, "-m", "lightning_granndis.cli", "partition", "--dataset", dataset, "--root", str(DATA),
            "--servers", str(SERVERS), "--devices", str(DEVICES), "--mode", STORE_MODE[row], "--hops", str(LAYERS),
            "--out", str(out)]
@@ -276,7 +298,8 @@ def run_row(preset: str, row: str, tmp: Path, store: str | None) -> dict:
     return result
 
 
-def run_preset(preset: str, tmp: Path, rows: tuple[str, ...] = ROWS, sampler_too: bool = True) -> dict:
+def run_preset(preset: str, tmp: Path, rows: tuple[str, ...] = ROWS, sampler_too: bool = True,
+               reuse: bool = False) -> dict:
     from lightning_granndis.datamodules import OGBNodeDataModule
 
     dataset = f"synthetic-{preset}"
@@ -288,7 +311,7 @@ def run_preset(preset: str, tmp: Path, rows: tuple[str, ...] = ROWS, sampler_too
         entry: dict = {}
         store = None
         if row in STORE_MODE:
-            part = partition(preset, row, tmp)
+            part = partition(preset, row, tmp, reuse)
             entry["partition"] = part
             if part["status"] != "ok":
                 res[row] = {**entry, "status": "refused" if part["status"] in ("refused", "failed") else part["status"],
@@ -436,6 +459,9 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS) + ",sampler",
                         help="rows to run (and 'sampler'); with fewer than all, the others are kept from the "
                              "committed results file")
+    parser.add_argument("--reuse-stores", action="store_true",
+                        help="train from stores already under data/stores made for the same parameters instead of "
+                             "partitioning again (their manifests give the partitioning figures)")
     parser.add_argument("--report-only", action="store_true",
                         help="rewrite the markdown and plot from benchmarks/results/gnn_scale.json")
     args = parser.parse_args()
@@ -458,7 +484,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets.split(","):
-            fresh = run_preset(preset, Path(tmp), rows, "sampler" in wanted)
+            fresh = run_preset(preset, Path(tmp), rows, "sampler" in wanted, args.reuse_stores)
             res[preset] = {**res.get(preset, {}), **fresh}
             print(f"=== {preset} done at {time.perf_counter() - t0:.0f}s", flush=True)
     res["papers100m_what_if"] = papers100m_what_if()

@@ -24,17 +24,21 @@ _REDUCTIONS = {"cpu": ("sum", "add", "mean", "min", "max"), "cuda": ("sum", "add
 
 
 def csr_adjacency(edge_index: torch.Tensor, num_nodes: int, weight: torch.Tensor | None = None,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``adj_t`` ``[num_nodes, num_nodes]`` sparse CSR of ``edge_index`` (``source → target``).
+                  dtype: torch.dtype = torch.float32, num_cols: int | None = None) -> torch.Tensor:
+    """``adj_t`` ``[num_nodes, num_cols]`` sparse CSR of ``edge_index`` (``source → target``): row
+    ``v`` holds the sources of ``v``'s in-edges.
 
     Args:
-        edge_index: ``[2, E]`` local ids below ``num_nodes``.
-        num_nodes: rows and columns (owned plus halo rows: the conv's root term reads every row).
+        edge_index: ``[2, E]`` local ids, targets below ``num_nodes``, sources below ``num_cols``.
+        num_nodes: rows (targets; square by default: owned plus halo rows, since a conv's root
+            term reads every row).
         weight: ``[E]`` edge weights (default ones).
         dtype: value dtype (the features' dtype).
+        num_cols: columns (sources; default ``num_nodes``).
     """
+    num_cols = num_nodes if num_cols is None else num_cols
     src, dst = edge_index
-    order = torch.argsort(dst * num_nodes + src, stable=True)
+    order = torch.argsort(dst * num_cols + src, stable=True)
     crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=edge_index.device)
     crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_nodes), 0)
     values = (torch.ones(src.numel(), dtype=dtype, device=edge_index.device) if weight is None
@@ -43,7 +47,8 @@ def csr_adjacency(edge_index: torch.Tensor, num_nodes: int, weight: torch.Tensor
     # CSR is "in beta" on every rank; we rely on it knowingly (the exactness tests cover it)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        return torch.sparse_csr_tensor(crow, src[order], values, (num_nodes, num_nodes), check_invariants=False)
+        return torch.sparse_csr_tensor(crow, src[order], values, (num_nodes, num_cols),
+                                       check_invariants=False)
 
 
 def supports_sparse_aggregation(layer: nn.Module, device: torch.device | str) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from lightning_granndis.graph.one_hop import OneHopGraph, split_one_hop
+from lightning_granndis.graph.one_hop import OneHopGraph, OneHopSplit
 from lightning_granndis.graph.server_subgraph import expansion_subgraph, sampled_subgraph
 from lightning_granndis.graph.store.shards import GraphPart, SamplingSource, chunk_sizes
 
@@ -34,17 +34,21 @@ def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torc
     """A sampled one-hop graph in the source's local ids → a :class:`GraphPart` in global ids;
     ``train``: its owned rows that are training seeds (default: its seeds)."""
     owned = graph.n_id[: graph.n_owned]
-    if source.x_row is None:
-        x = source.x[owned]
-    else:  # MB_base: rows held elsewhere are fetched at the step; blank here
+
+    def gather() -> torch.Tensor:  # on the training thread, when the batch is used
+        if source.x_row is None:
+            return source.x[owned]
+        # MB_base: rows held elsewhere are fetched at the step; blank here
         rows = source.x_row[owned]
         x = torch.zeros(owned.numel(), source.x.shape[1], dtype=source.x.dtype)
         held = rows >= 0
         x[held] = source.x[rows[held]]
+        return x
+
     masks = {"train_mask": (graph.seed if train is None else train).clone()}
     degree = source.degree[graph.n_id]
     graph.n_id = source.n_id[graph.n_id]
-    return GraphPart(graph, x, source.y[owned], masks, degree, weight)
+    return GraphPart(graph, None, source.y[owned], masks, degree, weight, gather=gather)
 
 
 def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, fanout: int,
@@ -56,8 +60,8 @@ def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
     totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
     for it, chunk in enumerate(chunks):
         sub = sampled_subgraph(source.csr, chunk, fanout, hops, generator=generator)
-        graph = split_one_hop(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
-                              hops)[device]
+        graph = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
+                            hops).graph(device)
         graph.meta.update(scope="intra", purpose="halo", server=server, iteration=it, epoch=epoch,
                           server_vertices=sub.num_nodes)
         yield _part(source, graph, int(graph.seed.sum()) * world_size / max(1, totals[it]))
@@ -69,7 +73,7 @@ def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
     graph whole, its expansion sampled afresh."""
     generator = epoch_generator(seed, epoch, server)
     sub = expansion_subgraph(source.csr, source.inner, eas_hops, fanout, weighted, generator)
-    graph = split_one_hop(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed, None)[device]
+    graph = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed, None).graph(device)
     graph.meta.update(scope="intra", purpose="halo", server=server, iteration=0, epoch=epoch,
                       server_vertices=sub.num_nodes)
     train = graph.seed & torch.isin(graph.n_id[: graph.n_owned], source.seeds)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from lightning_granndis.graph.adjacency import csr_adjacency, supports_sparse_aggregation
+from lightning_granndis.graph.lean_aggregation import LeanAdjacency, lean_kind, lean_message_and_aggregate
 from lightning_granndis.graph.one_hop import OneHopGraph
 
 Exchange = Callable[[torch.Tensor, OneHopGraph], torch.Tensor]
@@ -111,10 +112,16 @@ class OneHopMasking:
         sparse_aggregation: hand layers that can aggregate a sparse adjacency a ``torch.sparse``
             CSR ``adj_t`` instead of ``edge_index`` (no ``[E, F]`` message tensor; default ``True``;
             see :mod:`~lightning_granndis.graph.adjacency`). Others keep ``edge_index``.
+        lean_aggregation: for the sum/mean convs PyG ships (``SAGEConv``, ``GraphConv``,
+            ``GINConv``, ``GCNConv``), aggregate with
+            :class:`~lightning_granndis.graph.lean_aggregation.SparseAggregate` (saves only the
+            graph for backward) and, where the conv takes a pair, compute only the owned rows
+            (default ``True``; needs ``sparse_aggregation``).
     """
 
     def __init__(self, module: nn.Module, exchange: Exchange, num_layers: int | None = None,
-                 degree_stats: torch.Tensor | None = None, sparse_aggregation: bool = True) -> None:
+                 degree_stats: torch.Tensor | None = None, sparse_aggregation: bool = True,
+                 lean_aggregation: bool = True) -> None:
         self.layers = message_passing_layers(module)
         self.index = {id(layer): k for k, layer in enumerate(self.layers)}
         self.num_layers = num_layers or len(self.layers)
@@ -122,7 +129,7 @@ class OneHopMasking:
         self.degree_stats = degree_stats
         self.graph: OneHopGraph | None = None
         self._masks: list[torch.Tensor | None] = []
-        self.sparse_aggregation = sparse_aggregation
+        self.sparse_aggregation, self.lean_aggregation = sparse_aggregation, lean_aggregation
         self._handles = []
         for layer in self.layers:
             self._handles.append(layer.register_forward_pre_hook(self._before, with_kwargs=True))
@@ -157,18 +164,33 @@ class OneHopMasking:
         mask = self._masks[k] if k < len(self._masks) else None
         if mask is not None:
             x = x.masked_fill(mask.unsqueeze(-1), 0.0)
-        x = torch.cat([x, self.exchange(x[graph.send_index], graph)], 0)
+        halo = self.exchange(x[graph.send_index], graph)
+        edge_index, weight = self._layer_edges(layer, args, kwargs, graph, k)
+        lean = None
+        if self.sparse_aggregation and supports_sparse_aggregation(layer, x.device) and not _extra_inputs(args, kwargs):
+            lean = lean_kind(layer) if self.lean_aggregation else "csr"
+        if lean == "paired":  # owned and halo rows stay apart: only the owned rows come out
+            adjacency = self._adjacency(graph, edge_index, weight, lean, x.dtype,
+                                        lambda: LeanAdjacency.build(edge_index, graph.n_owned,
+                                                                    [graph.n_owned, halo.shape[0]], weight, x.dtype))
+            layer.message_and_aggregate = lean_message_and_aggregate(layer, adjacency, [x, halo])
+            x, edge_index, weight = (x, x), adjacency.adj, None
+        else:
+            x = torch.cat([x, halo], 0)
+            n = x.shape[0]
+            if lean == "square":
+                adjacency = self._adjacency(graph, edge_index, weight, lean, x.dtype,
+                                            lambda: LeanAdjacency.build(edge_index, n, [n], weight, x.dtype))
+                layer.message_and_aggregate = lean_message_and_aggregate(layer, adjacency)
+                edge_index, weight = adjacency.adj, None
+            elif lean == "csr":
+                edge_index = self._adjacency(graph, edge_index, weight, lean, x.dtype,
+                                             lambda: csr_adjacency(edge_index, n, weight, x.dtype))
+                weight = None
         if args:
             args[0] = x
         else:
             kwargs["x"] = x
-        edge_index, weight = self._layer_edges(layer, args, kwargs, graph, k)
-        if self.sparse_aggregation and supports_sparse_aggregation(layer, x.device) and not _extra_inputs(args, kwargs):
-            key = (k, "gcn" if weight is not None else "plain", x.dtype)
-            cache = graph.__dict__.setdefault("_adjacency", {})
-            if key not in cache:
-                cache[key] = csr_adjacency(edge_index, x.shape[0], weight, x.dtype)
-            edge_index, weight = cache[key], None
         if len(args) > 1:
             args[1] = edge_index
         else:
@@ -177,6 +199,18 @@ class OneHopMasking:
             args[2:] = []
             kwargs["edge_weight"] = weight.to(x.dtype)
         return tuple(args), kwargs
+
+    @staticmethod
+    def _adjacency(graph: OneHopGraph, edge_index: torch.Tensor, weight: torch.Tensor | None, kind: str,
+                   dtype: torch.dtype, build):
+        """The adjacency of ``edge_index`` for ``graph``, built once; keyed by the edge tensors
+        themselves (cached on the graph, so alive with it): layers sharing their edges (graphs
+        without per-layer pruning) share one adjacency."""
+        cache = graph.__dict__.setdefault("_adjacency", {})
+        key = (id(edge_index), None if weight is None else id(weight), kind, dtype)
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
 
     def _layer_edges(self, layer: nn.Module, args: list, kwargs: dict, graph: OneHopGraph,
                      k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -211,6 +245,7 @@ class OneHopMasking:
         graph = self.graph
         if graph is None:
             return None
+        layer.__dict__.pop("message_and_aggregate", None)  # the lean aggregation of this call
         if getattr(layer, "_granndis_normalize", False):
             layer.normalize = True
             layer._granndis_normalize = False

@@ -76,6 +76,27 @@ def _smallest_k_per_group(group: torch.Tensor, keys: torch.Tensor, k: int) -> to
     return chosen
 
 
+def _sample_neighbours(graph: CSRGraph, frontier: torch.Tensor, k: int, inside: torch.Tensor | None,
+                       weighted: bool, deg: torch.Tensor, generator: torch.Generator | None):
+    """``(source, target)`` of the edges kept into ``frontier``: every inside-to-inside edge and
+    ``k`` of the others per vertex (uniformly or degree-aware)."""
+    owner, nbr = graph.neighbours(frontier)
+    always = torch.zeros(len(nbr), dtype=torch.bool)
+    if inside is not None:
+        always = inside[frontier][owner] & inside[nbr]
+    cand = (~always).nonzero().flatten()
+    u = torch.rand(len(cand), generator=generator, dtype=torch.float64).clamp_min(1e-300)
+    if weighted:
+        # Efraimidis–Spirakis: the k smallest -log(u)/w are a weighted sample without
+        # replacement; 1 - exp(-t) maps them into [0, 1) keeping their order.
+        keys = -torch.expm1(torch.log(u) / deg[nbr[cand]].double().clamp_min(1.0))
+    else:
+        keys = u
+    keep = always
+    keep[cand[_smallest_k_per_group(owner[cand], keys, k)]] = True
+    return nbr[keep], frontier[owner[keep]]
+
+
 def sample_subgraph(
     graph: CSRGraph,
     seeds: torch.Tensor,
@@ -116,27 +137,20 @@ def sample_subgraph(
     for h, k in enumerate(fanouts, start=1):
         if frontier.numel() == 0:
             break
-        owner, nbr = graph.neighbours(frontier)
         if k < 0:  # every neighbour: no mask, no copy
+            owner, nbr = graph.neighbours(frontier)
             src_parts.append(nbr)
             dst_parts.append(frontier[owner])
         else:
-            always = torch.zeros(len(nbr), dtype=torch.bool)
-            if inside is not None:
-                always = inside[frontier][owner] & inside[nbr]
-            cand = (~always).nonzero().flatten()
-            u = torch.rand(len(cand), generator=generator, dtype=torch.float64).clamp_min(1e-300)
-            if weighted:
-                # Efraimidis–Spirakis: the k smallest -log(u)/w are a weighted sample without
-                # replacement; 1 - exp(-t) maps them into [0, 1) keeping their order.
-                keys = -torch.expm1(torch.log(u) / deg[nbr[cand]].double().clamp_min(1.0))
-            else:
-                keys = u
-            picked = torch.zeros(len(nbr), dtype=torch.bool)
-            picked[cand[_smallest_k_per_group(owner[cand], keys, k)]] = True
-            keep = always | picked
-            src_parts.append(nbr[keep])
-            dst_parts.append(frontier[owner[keep]])
+            # the frontier in pieces of bounded neighbour slots: a large frontier's candidate
+            # edges (ids, keys, sort) would otherwise cost ~100 bytes per slot at once
+            picked_src, picked_dst = [], []
+            for piece in graph.vertex_chunks(frontier, slots=2**21):
+                src_k, dst_k = _sample_neighbours(graph, piece, k, inside, weighted, deg, generator)
+                picked_src.append(src_k)
+                picked_dst.append(dst_k)
+            src_parts.append(torch.cat(picked_src) if len(picked_src) != 1 else picked_src[0])
+            dst_parts.append(torch.cat(picked_dst) if len(picked_dst) != 1 else picked_dst[0])
         src = src_parts[-1]
         fresh = src[hop[src] < 0]
         if fresh.numel() > n // 64:  # a large frontier: a vertex mask dedupes in O(n), no sort

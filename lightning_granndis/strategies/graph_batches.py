@@ -48,7 +48,7 @@ def rank_batch(part: GraphPart, key: int):
 def materialise(batch, part: GraphPart):
     """A copy of ``batch`` with the features and labels of its rows."""
     out = batch.clone()
-    out.x, out.y = part.x, part.y
+    out.x, out.y = part.features(), part.y
     return out
 
 

@@ -15,7 +15,7 @@ rank 0 build them and hand each rank its own. Either way a rank ends up with the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -42,14 +42,22 @@ class GraphPart:
         y: ``[n_owned]`` labels; masks: ``{split: [n_owned] bool}`` limited to seed rows.
         degree: ``[n_local, 3]`` whole-graph degree statistics of every local row (GCN).
         weight: loss weight ``n_r P / N`` of this rank's seeds in the iteration.
+        gather: for a sampled part, ``x`` is ``None`` and ``gather()`` reads the rows when the
+            batch is used: parts waiting in the sampler's queue then hold ids and edges, not
+            features (at ogbn-products size a co-batch part's rows are ~0.5 GB).
     """
 
     graph: OneHopGraph
-    x: torch.Tensor
+    x: torch.Tensor | None
     y: torch.Tensor
     masks: dict[str, torch.Tensor]
     degree: torch.Tensor
     weight: float = 1.0
+    gather: Callable[[], torch.Tensor] | None = None
+
+    def features(self) -> torch.Tensor:
+        """``[n_owned, F]``: the owned rows' features."""
+        return self.x if self.x is not None else self.gather()
 
 
 @dataclass
