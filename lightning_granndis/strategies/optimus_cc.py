@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from typing_extensions import override
 
-from lightning_granndis import comm
+from lightning_granndis import checkpoint_sets, comm
 from lightning_granndis.compression.powersgd import PowerSGDReducer, all_reduce_flat
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.pipeline.checkpoint import shard_path
@@ -255,17 +255,22 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         # Residuals (LEP, PowerSGD) and generators differ per replica: stage s's shard keeps every replica's.
         states = comm.gather_objects(_move(self._rank_state(), "cpu"), group=self.layout.dp_group) \
             if self.replicas > 1 else [self._rank_state()]
-        if self.layout.replica != 0:
-            return
-        checkpoint["pipeline"] = self.layout.metadata()
-        checkpoint["pipeline_state"] = {"replicas": states}
-        self.checkpoint_io.save_checkpoint(checkpoint, self.shard_path(filepath), storage_options=storage_options)
+        if self.layout.replica == 0:
+            checkpoint["pipeline"] = self.layout.metadata()
+            checkpoint["pipeline_state"] = {"replicas": states}
+            self.checkpoint_io.save_checkpoint(checkpoint, self.shard_path(filepath), storage_options=storage_options)
+        self.commit_checkpoint(checkpoint, filepath)  # every stage's shard, committed as one set
+
+    @override
+    def checkpoint_files(self, filepath: _PATH) -> list[Path]:
+        return [self.shard_path(filepath, stage) for stage in range(self.stages)]
 
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
         if self.layout is None:  # Lightning restores the module before `setup`: split it now
             self._setup_pipeline()
         assert self.layout is not None
+        self.verify_checkpoint(checkpoint_path)  # a committed set: every shard present, of one step
         path = self.shard_path(checkpoint_path)
         if not path.exists():
             raise FileNotFoundError(
@@ -281,6 +286,8 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
 
     @override
     def remove_checkpoint(self, filepath: _PATH) -> None:
+        if self.is_global_zero:
+            checkpoint_sets.uncommit(filepath)  # the record goes first: a half-deleted set is not complete
         if self.layout is not None and self.layout.replica == 0:
             self.checkpoint_io.remove_checkpoint(self.shard_path(filepath))
 

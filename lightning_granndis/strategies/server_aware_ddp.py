@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
 
-from lightning_granndis import comm
+from lightning_granndis import checkpoint_sets, comm
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
 from lightning_granndis.topology import ServerTopology
@@ -38,6 +41,8 @@ class ServerAwareDDPStrategy(DDPStrategy):
         emulate: delay inter-server operations to their modelled duration (default ``False``).
         hierarchical: hierarchical gradient sync (default ``True``); ``False`` gives a flat, booked
             all-reduce, i.e. plain DDP with a ledger.
+        checkpoint_checksum: record (and check when loading) each checkpoint file's SHA-256 in
+            its set's commit record (default ``True``; sizes are always recorded and checked).
         **kwargs: passed on to :class:`~lightning.pytorch.strategies.DDPStrategy`.
     """
 
@@ -49,10 +54,12 @@ class ServerAwareDDPStrategy(DDPStrategy):
         link_model: LinkModel | str | dict | None = "granndis_paper",
         emulate: bool = False,
         hierarchical: bool = True,
+        checkpoint_checksum: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("checkpoint_io", SafeCheckpointIO())
         super().__init__(**kwargs)
+        self.checkpoint_checksum = checkpoint_checksum
         self._servers = servers
         self._link_model = LinkModel.resolve(link_model)
         self.emulate = emulate
@@ -141,6 +148,43 @@ class ServerAwareDDPStrategy(DDPStrategy):
             mine *= min(1.0, cores / max(1, self.num_processes * torch.get_num_threads()))
         values = comm.gather_objects(mine)
         return sum(values) / len(values)
+
+    # ------------------------------------------------------------------ checkpoints as committed sets
+    def checkpoint_files(self, filepath: _PATH) -> list[Path]:
+        """The files one checkpoint consists of (a pipeline adds its other stages' shards)."""
+        return [Path(filepath)]
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
+        super().save_checkpoint(checkpoint, filepath, storage_options)
+        self.commit_checkpoint(checkpoint, filepath)
+
+    def commit_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH) -> None:
+        """Once every rank has written its files (a barrier), rank 0 commits them as one set
+        (:mod:`~lightning_granndis.checkpoint_sets`): a set cut short by a crash is never loaded."""
+        if not _is_local_file_protocol(filepath):
+            return
+        comm.barrier()  # a no-op without a process group
+        if self.is_global_zero:
+            checkpoint_sets.commit_set(filepath, self.checkpoint_files(filepath), checkpoint.get("global_step", 0),
+                                       checkpoint.get("epoch", 0), checksum=self.checkpoint_checksum)
+
+    @override
+    def remove_checkpoint(self, filepath: _PATH) -> None:
+        if self.is_global_zero and _is_local_file_protocol(filepath):
+            checkpoint_sets.uncommit(filepath)  # the record goes first: a half-deleted set is not complete
+        super().remove_checkpoint(filepath)
+
+    @override
+    def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+        self.verify_checkpoint(checkpoint_path)
+        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
+    def verify_checkpoint(self, checkpoint_path: _PATH) -> None:
+        """Refuses a committed set whose files are missing, truncated, corrupt or mixed, naming the
+        file. A checkpoint without a commit record (plain Lightning's) loads as before."""
+        if _is_local_file_protocol(checkpoint_path) and checkpoint_sets.manifest_path(checkpoint_path).exists():
+            checkpoint_sets.verify_set(checkpoint_path, checksum=self.checkpoint_checksum)
 
     # ------------------------------------------------------------------ gradient sync
     @override

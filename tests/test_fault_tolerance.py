@@ -1,0 +1,131 @@
+"""Surviving faults: a SIGKILLed worker under ``torchrun --max-restarts`` resumes from the newest
+complete checkpoint set and ends where an uninterrupted run ends; broken sets are named and
+skipped; a set is committed only once all its files are written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import REPO, SCRIPTS, child_env, free_port
+from lightning_granndis import checkpoint_sets
+from lightning_granndis.checkpoint_sets import CheckpointSetError, commit_set, newest_complete, verify_set
+
+
+def launch(family: str, out: Path, kill_step: int = -1, kill_rank: int = 1, slow_save: float = 0.0,
+           timeout: float = 420) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", "--max-restarts=2",
+           "--monitor-interval=0.5", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
+           str(SCRIPTS / "fault_train.py"), family, str(out), str(kill_step), str(kill_rank), str(slow_save)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+def restarts(out: Path) -> int:
+    return max(int(p.name.split(".")[0]) for p in (out / "attempts").iterdir())
+
+
+def finals(out: Path, family: str) -> list[dict]:
+    if family == "pipeline":
+        return [torch.load(out / f"final.{r}.pt") for r in range(4)]
+    return [torch.load(out / "final.pt")]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    runs = {}
+    base = tmp_path_factory.mktemp("uninterrupted")
+    for family in ("ddp", "gnn", "pipeline", "pipe_bd"):
+        launch(family, base / family)
+        runs[family] = finals(base / family, family)
+    return runs
+
+
+@pytest.mark.parametrize("family", ["ddp", "gnn", "pipeline", "pipe_bd"])
+def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uninterrupted, family):
+    # killed after step 5: the run resumes from its step-4 checkpoint and redoes step 5
+    launch(family, tmp_path, kill_step=5, kill_rank=1)
+    assert restarts(tmp_path) == 1
+    assert all((tmp_path / f"steps.{r}").read_text() == "8" for r in range(4))
+    for mine, theirs in zip(finals(tmp_path, family), uninterrupted[family]):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), (family, key)
+
+
+def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, uninterrupted):
+    # every checkpoint file takes 2 s to write; rank 0 (the writer) dies inside the step-4 write
+    # (killed once step 5 is reached would be too late: kill at step 4, before its save ends)
+    launch("pipeline", tmp_path, kill_step=4, kill_rank=0, slow_save=2.0)
+    assert restarts(tmp_path) == 1
+    for mine, theirs in zip(finals(tmp_path, "pipeline"), uninterrupted["pipeline"]):
+        for key in mine:
+            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+
+
+# ---------------------------------------------------------------------- sets, in one process
+def write_set(directory: Path, step: int, shards: int = 2) -> Path:
+    checkpoint = directory / f"step={step}.ckpt"
+    files = [checkpoint] + [checkpoint.with_name(f"{checkpoint.name}.stage{s}") for s in range(1, shards)]
+    for i, f in enumerate(files):
+        torch.save({"step": step, "stage": i, "w": torch.full((64,), float(step))}, f)
+    commit_set(checkpoint, files, step=step, epoch=0)
+    return checkpoint
+
+
+def test_newest_complete_skips_broken_sets_naming_the_file(tmp_path):
+    good = write_set(tmp_path, 2)
+    truncated = write_set(tmp_path, 4)
+    corrupt = write_set(tmp_path, 6)
+    missing = write_set(tmp_path, 8)
+    mixed = write_set(tmp_path, 10)
+    uncommitted = tmp_path / "step=12.ckpt"
+    torch.save({"step": 12}, uncommitted)  # written, never committed: no record, never a candidate
+    data = truncated.read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    stage1 = corrupt.with_name(corrupt.name + ".stage1")
+    blob = bytearray(stage1.read_bytes())
+    blob[-20] ^= 0xFF
+    stage1.write_bytes(bytes(blob))
+    missing.with_name(missing.name + ".stage1").unlink()
+    # a shard of another step under this set's name, same size: only the checksum tells
+    mixed_shard = mixed.with_name(mixed.name + ".stage1")
+    torch.save({"step": 11, "stage": 1, "w": torch.full((64,), 11.0)}, mixed_shard)
+
+    found, skipped = newest_complete(tmp_path)
+    assert found is not None and found.checkpoint == good and found.step == 2
+    reasons = {path.name: reason for path, reason in skipped}
+    assert set(reasons) == {"step=4.ckpt", "step=6.ckpt", "step=8.ckpt", "step=10.ckpt"}
+    assert "truncated" in reasons["step=4.ckpt"] and str(truncated) in reasons["step=4.ckpt"]
+    assert "corrupt" in reasons["step=6.ckpt"] and "stage1" in reasons["step=6.ckpt"]
+    assert "missing" in reasons["step=8.ckpt"] and "stage1" in reasons["step=8.ckpt"]
+    assert "mixed" in reasons["step=10.ckpt"]
+    with pytest.raises(CheckpointSetError, match="never completed"):
+        verify_set(uncommitted)
+
+
+def test_uncommit_removes_the_record_first(tmp_path):
+    checkpoint = write_set(tmp_path, 2)
+    checkpoint_sets.uncommit(checkpoint)
+    assert checkpoint.exists() and newest_complete(tmp_path) == (None, [])
+
+
+def test_the_strategies_commit_and_verify_their_checkpoints(tmp_path):
+    """Every saved checkpoint has a record that verifies; a damaged one is refused when loaded,
+    naming the file, and ``ckpt_path="last"`` skips it with a warning."""
+    import json
+
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "resumable_checkpoint.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=child_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["verified_steps"] == [4, 6]  # keep=2: the two newest, each committed
+    assert result["direct_load"].startswith("CheckpointSetError") and "truncated" in result["direct_load"]
+    assert "step=6" in result["direct_load"]
+    assert len(result["warnings"]) == 1 and "step=6" in result["warnings"][0]
+    assert "step=4" in result["resumed_from"] and result["resumed_steps"] == 8
