@@ -78,7 +78,29 @@ def init_from_env(backend: str | None = None, timeout_s: float = 300.0) -> None:
     backend = backend or default_backend()
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    timeout = timedelta(seconds=timeout_s)
+    if not init_restart_safe(backend, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), timeout):
+        dist.init_process_group(backend=backend, timeout=timeout)
+
+
+def init_restart_safe(backend: str, rank: int, world_size: int, timeout: timedelta,
+                      device_id: torch.device | None = None) -> bool:
+    """Under torchrun, initialises the default group on a store prefixed by the restart attempt.
+
+    torchrun's agent keeps one store for every attempt of a job. Gloo finds its peers through
+    keys of that store, so the ranks of a restarted attempt can read the addresses the previous
+    attempt's dead ranks left there (they connect to closed ports and the restart fails) unless
+    each attempt keeps its keys apart. Returns whether it initialised the group (``False``
+    outside torchrun, or when a group exists)."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or is_initialized():
+        return False
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    kwargs = {"device_id": device_id} if device_id is not None else {}
+    dist.init_process_group(backend, store=dist.PrefixStore(f"lightning_granndis/attempt_{attempt}", store),
+                            rank=rank, world_size=world_size, timeout=timeout, **kwargs)
+    return True
 
 
 def destroy() -> None:

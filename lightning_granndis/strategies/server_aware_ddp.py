@@ -12,7 +12,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import DDPStrategy
 from typing_extensions import override
 
-from lightning_granndis import checkpoint_sets, comm
+from lightning_granndis import checkpoint_sets, comm, random_state
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
 from lightning_granndis.topology import ServerTopology
@@ -98,6 +98,20 @@ class ServerAwareDDPStrategy(DDPStrategy):
         super()._configure_launcher()
 
     @override
+    def setup_distributed(self) -> None:
+        # under torchrun, each restart attempt keeps its rendezvous keys apart (see comm)
+        self.set_world_ranks()
+        if self.cluster_environment is not None and self.cluster_environment.creates_processes_externally:
+            from datetime import timedelta
+
+            os.environ.setdefault("MASTER_ADDR", self.cluster_environment.main_address)
+            os.environ.setdefault("MASTER_PORT", str(self.cluster_environment.main_port))
+            device = self.root_device if self.root_device.type != "cpu" else None
+            comm.init_restart_safe(self._get_process_group_backend(), self.global_rank, self.world_size,
+                                   self._timeout or timedelta(minutes=30), device)
+        super().setup_distributed()
+
+    @override
     def setup_environment(self) -> None:
         if self.root_device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
             # Several processes share the cores: one intra-op pool each, or they thrash (3-7x slower).
@@ -156,6 +170,8 @@ class ServerAwareDDPStrategy(DDPStrategy):
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
+        # every rank's generators (dropout masks, sampling): a resumed run draws what this one would
+        checkpoint["rank_random_states"] = comm.gather_objects(random_state.capture(self.root_device))
         super().save_checkpoint(checkpoint, filepath, storage_options)
         self.commit_checkpoint(checkpoint, filepath)
 
@@ -178,7 +194,11 @@ class ServerAwareDDPStrategy(DDPStrategy):
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
         self.verify_checkpoint(checkpoint_path)
-        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        states = checkpoint.get("rank_random_states")
+        if states and len(states) == self.world_size:  # another world size: each rank keeps its own seed
+            random_state.restore(states[self.global_rank], self.root_device)
+        return checkpoint
 
     def verify_checkpoint(self, checkpoint_path: _PATH) -> None:
         """Refuses a committed set whose files are missing, truncated, corrupt or mixed, naming the
