@@ -152,6 +152,7 @@ def barrier(group=None) -> None:
 #: and a counter of the ranks that failed with an error of their own
 _ERROR_KEY = "lightning_granndis/error/{}"
 _FAILED_KEY = "lightning_granndis/failed"
+_PUBLISHED_KEY = "lightning_granndis/published"
 #: set while this process handles an exception of its own (its watch then stands down)
 _handling = threading.Event()
 _COMM_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL", "Gloo", "gloo",
@@ -187,6 +188,7 @@ def publish_error(exc: BaseException) -> None:
         store.set(_ERROR_KEY.format(get_rank()), f"{kind}|{type(exc).__name__}: {exc}{where}"[:4000])
         if kind == "root":
             store.add(_FAILED_KEY, 1)
+        store.add(_PUBLISHED_KEY, 1)
     except Exception:  # noqa: BLE001 - the store may be gone with the rank that hosted it
         pass
 
@@ -221,14 +223,51 @@ def explain_failure(exc: BaseException, wait_s: float = 1.0) -> None:
     if not is_initialized():
         return
     _handling.set()
+    _finish_before_terminating()
     publish_error(exc)
     rank, world = get_rank(), get_world_size()
     if not is_communication_error(exc):
         exc.add_note(f"[lightning_granndis] raised on rank {rank} of {world}; the other ranks' errors name it.")
+        _wait_for_peers_to_publish(world, wait_s=5.0)
         return
     for peer, text in sorted(peer_errors(wait_s).items()):
         exc.add_note(f"[lightning_granndis] rank {peer} of {world} failed first with {text}; this error on rank "
                      f"{rank} is its consequence (a collective with rank {peer} broke off).")
+
+
+def _wait_for_peers_to_publish(world: int, wait_s: float) -> None:
+    """Holds the failing rank until its peers have taken up its error (each published its own),
+    or ``wait_s`` passes: its exit makes the launcher terminate them, and a peer terminated first
+    could not say which rank failed. A peer blocked on a live rank is ended by its watch."""
+    store = _store()
+    deadline = time.monotonic() + wait_s
+    while store is not None and time.monotonic() < deadline:
+        try:
+            if store.add(_PUBLISHED_KEY, 0) >= world:
+                return
+        except Exception:  # noqa: BLE001 - the store's host is gone: nothing to wait for
+            return
+        time.sleep(0.05)
+
+
+def _finish_before_terminating() -> None:
+    """Lets this rank print its error before it ends. Once the first failing rank exits, the
+    launcher (torchrun's agent) SIGTERMs the others at once, and on a loaded machine a rank still
+    waiting for the peers' errors would die before saying why. The deferred SIGTERM only records
+    the request; the rank is raising anyway and ends moments later (the agent SIGKILLs a rank that
+    does not)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def deferred(signum, frame):  # noqa: ARG001 - the exception already unwinding ends this process
+        pass
+
+    try:
+        signal.signal(signal.SIGTERM, deferred)
+    except (ValueError, OSError):  # not the main interpreter
+        pass
 
 
 class FailureWatch:
@@ -276,6 +315,10 @@ class FailureWatch:
                              f"{cause or 'a peer failed'}. This rank was waiting in a collective that cannot "
                              "complete.\n")
             sys.stderr.flush()
+            try:
+                store.add(_PUBLISHED_KEY, 1)  # said why: the failing rank need not wait for it
+            except Exception:  # noqa: BLE001
+                pass
             os._exit(1)
 
 

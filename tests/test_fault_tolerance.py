@@ -51,6 +51,7 @@ def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uni
     # killed after step 5: the run resumes from its step-4 checkpoint and redoes step 5
     launch(family, tmp_path, kill_step=5, kill_rank=1)
     assert restarts(tmp_path) == 1
+    assert "step=4.ckpt" in (tmp_path / "resumed_from").read_text()
     assert all((tmp_path / f"steps.{r}").read_text() == "8" for r in range(4))
     for mine, theirs in zip(finals(tmp_path, family), uninterrupted[family]):
         assert mine.keys() == theirs.keys()
@@ -59,10 +60,11 @@ def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uni
 
 
 def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, uninterrupted):
-    # every checkpoint file takes 2 s to write; rank 0 (the writer) dies inside the step-4 write
-    # (killed once step 5 is reached would be too late: kill at step 4, before its save ends)
-    launch("pipeline", tmp_path, kill_step=4, kill_rank=0, slow_save=2.0)
+    # every checkpoint file takes 1 s to write; rank 0 (stage 0's writer and the committer) dies
+    # once its step-6 shard is written, before the set is committed: the step-4 set is resumed
+    launch("pipeline", tmp_path, kill_step=6, kill_rank=0, slow_save=1.0)
     assert restarts(tmp_path) == 1
+    assert "step=4.ckpt" in (tmp_path / "resumed_from").read_text()
     for mine, theirs in zip(finals(tmp_path, "pipeline"), uninterrupted["pipeline"]):
         for key in mine:
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key

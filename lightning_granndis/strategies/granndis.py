@@ -222,6 +222,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
+        batches = self._rank_batches(dataloader)
+        self.restore_resumed_random_state()
+        return batches
+
+    def _rank_batches(self, dataloader: object) -> object:
+        """This rank's batches of the loader's graph (its shard's parts, or its sampler)."""
         trainer = self.lightning_module.trainer
         kind = "train" if trainer.training else "eval"
         shard = self._shard_for(graph_from_loader(dataloader), kind)

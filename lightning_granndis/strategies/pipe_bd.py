@@ -217,6 +217,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             assert self.runner is not None
             return self.runner.loads_data(self.lightning_module.trainer.training)
 
+        self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 
     # ------------------------------------------------------------------ step

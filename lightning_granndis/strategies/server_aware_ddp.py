@@ -197,8 +197,25 @@ class ServerAwareDDPStrategy(DDPStrategy):
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         states = checkpoint.get("rank_random_states")
         if states and len(states) == self.world_size:  # another world size: each rank keeps its own seed
-            random_state.restore(states[self.global_rank], self.root_device)
+            self._resumed_random_state = states[self.global_rank]
         return checkpoint
+
+    @override
+    def process_dataloader(self, dataloader: object) -> object:
+        dataloader = super().process_dataloader(dataloader)
+        self.restore_resumed_random_state()
+        return dataloader
+
+    def restore_resumed_random_state(self) -> None:
+        """Puts back this rank's generators from the checkpoint being resumed, once the training
+        loader is ready and before Lightning makes its iterator (which draws a seed): the point
+        where the uninterrupted run stood when it saved. Set-up after loading (plans, partitions)
+        may draw random numbers the uninterrupted run drew before its checkpoint."""
+        state = getattr(self, "_resumed_random_state", None)
+        module = self.lightning_module
+        if state is not None and module is not None and module.trainer is not None and module.trainer.training:
+            random_state.restore(state, self.root_device)
+            self._resumed_random_state = None
 
     def verify_checkpoint(self, checkpoint_path: _PATH) -> None:
         """Refuses a committed set whose files are missing, truncated, corrupt or mixed, naming the

@@ -3,7 +3,8 @@ resuming with ``ckpt_path="last"``; on its first attempt one rank can be SIGKILL
 
 usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S]
 FAMILY: ddp | gnn | pipeline | pipe_bd. KILL_STEP -1: no fault. SLOW_SAVE_S: seconds each
-checkpoint file write takes (the kill then lands while a set is being written).
+checkpoint file write takes; the kill then lands inside the KILL_STEP set's write, once this
+rank's file is written and before the set is committed.
 Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's) and
 OUT/attempts/<restart>.<rank> (one file per start, for the restart count).
 """
@@ -33,10 +34,11 @@ EVERY, STEPS = 2, 8
 
 
 class Kill(Callback):
-    """SIGKILLs rank ``kill_rank`` once ``kill_step`` steps are done, on the first attempt only."""
+    """SIGKILLs rank ``kill_rank`` once ``kill_step`` steps are done, on the first attempt only
+    (with SLOW_SAVE_S, inside that step's checkpoint write instead)."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if restart == 0 and rank == kill_rank and trainer.global_step == kill_step:
+        if restart == 0 and rank == kill_rank and trainer.global_step == kill_step and not slow_save:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -111,6 +113,8 @@ if slow_save:  # every checkpoint file takes this long to write: a kill lands in
     def slow(obj, path):
         time.sleep(slow_save)
         original(obj, path)
+        if restart == 0 and rank == kill_rank and f"step={kill_step}." in Path(path).name:
+            os.kill(os.getpid(), signal.SIGKILL)  # its shard written, the set not yet committed
 
     checkpoint_io.atomic_torch_save = slow
 
@@ -130,6 +134,8 @@ elif rank == 0:
         state = module.assemble_student().state_dict()
     torch.save(state, out / "final.pt")
 (out / f"steps.{rank}").write_text(str(trainer.global_step))
+if rank == 0:
+    (out / "resumed_from").write_text(str(trainer.ckpt_path))
 
 from lightning_granndis import comm  # noqa: E402
 
