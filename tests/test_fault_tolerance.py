@@ -48,10 +48,11 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("family", ["ddp", "gnn", "pipeline", "pipe_bd"])
 def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uninterrupted, family):
-    # killed after step 5: the run resumes from its step-4 checkpoint and redoes step 5
-    launch(family, tmp_path, kill_step=5, kill_rank=1)
+    # killed after step 7 (epochs of 4 steps): the run resumes mid-epoch from its step-6
+    # checkpoint and redoes step 7, with the batches, samples and random numbers it had
+    launch(family, tmp_path, kill_step=7, kill_rank=1)
     assert restarts(tmp_path) == 1
-    assert "step=4.ckpt" in (tmp_path / "resumed_from").read_text()
+    assert "step=6.ckpt" in (tmp_path / "resumed_from").read_text()
     assert all((tmp_path / f"steps.{r}").read_text() == "8" for r in range(4))
     for mine, theirs in zip(finals(tmp_path, family), uninterrupted[family]):
         assert mine.keys() == theirs.keys()

@@ -2,9 +2,8 @@
 
 GraNNDis' artifact samples its co-batches once and reuses them every epoch; holding an epoch of
 sampled subgraphs is O(epoch) memory, and reusing them trains on one fixed sample. Here every
-epoch draws new ones from a generator seeded by ``(seed, epoch, server or rank)``: a run is
-reproducible, and a run resumed at an epoch boundary draws exactly what the uninterrupted run
-drew. Nothing is exchanged to draw them: every device of a server draws the same co-batch from
+epoch draws new ones from generators seeded by ``(seed, epoch, server or rank, batch)``: a run is
+reproducible, and a run resumed at any batch draws exactly what the uninterrupted run drew. Nothing is exchanged to draw them: every device of a server draws the same co-batch from
 the same seed and keeps its own part (the server's devices split it by a fixed METIS assignment
 of the server's vertices), so the sampler costs no traffic.
 
@@ -25,9 +24,14 @@ from lightning_granndis.graph.server_subgraph import expansion_subgraph, sampled
 from lightning_granndis.graph.store.shards import GraphPart, SamplingSource, chunk_sizes
 
 
-def epoch_generator(seed: int, epoch: int, stream: int = 0) -> torch.Generator:
-    """A generator for ``(seed, epoch, stream)``; distinct triples give independent streams."""
-    return torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch)) * 65_537 + int(stream))
+def epoch_generator(seed: int, epoch: int, stream: int = 0, step: int = 0) -> torch.Generator:
+    """A generator for ``(seed, epoch, stream, step)``; distinct keys give independent streams.
+    ``step`` keys an epoch's ``step``-th batch (from 1): a resumed epoch draws batch ``k`` without
+    drawing the ``k - 1`` before it."""
+    key = (int(seed) * 1_000_003 + int(epoch)) * 65_537 + int(stream)
+    if step:
+        key = (key * 1_000_033 + int(step)) % (1 << 63)
+    return torch.Generator().manual_seed(key)
 
 
 def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torch.Tensor | None = None) -> GraphPart:
@@ -52,13 +56,16 @@ def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torc
 
 
 def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, fanout: int,
-              hops: int, seed: int, epoch: int) -> Iterator[GraphPart]:
-    """Cooperative Batching, one epoch: this device's part of every co-batch of its server."""
-    generator = epoch_generator(seed, epoch, server)
-    seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=generator)]
+              hops: int, seed: int, epoch: int, start: int = 0) -> Iterator[GraphPart]:
+    """Cooperative Batching, one epoch: this device's part of every co-batch of its server, from
+    co-batch ``start`` on (a resumed epoch)."""
+    seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch, server))]
     chunks = torch.tensor_split(seeds, source.iterations)
     totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
     for it, chunk in enumerate(chunks):
+        if it < start:
+            continue
+        generator = epoch_generator(seed, epoch, server, step=it + 1)
         sub = sampled_subgraph(source.csr, chunk, fanout, hops, generator=generator)
         graph = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
                             hops).graph(device)
@@ -81,14 +88,17 @@ def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
 
 
 def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanout: int, hops: int, seed: int,
-                    epoch: int) -> Iterator[GraphPart]:
+                    epoch: int, start: int = 0) -> Iterator[GraphPart]:
     """MB_base, one epoch: the training seeds shuffled (the same permutation on every rank) and
-    dealt to the ranks; this rank's mini-batches with their sampled neighbourhoods."""
+    dealt to the ranks; this rank's mini-batches with their sampled neighbourhoods, from batch
+    ``start`` on."""
     order = torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch))
     mine = torch.tensor_split(source.seeds[order], world_size)[rank]
-    generator = epoch_generator(seed, epoch, 1 + rank)
     totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
     for it, batch in enumerate(torch.tensor_split(mine, source.iterations)):
+        if it < start:
+            continue
+        generator = epoch_generator(seed, epoch, 1 + rank, step=it + 1)
         sub = sampled_subgraph(source.csr, batch, fanout, hops, generator=generator)
         n = sub.num_nodes
         graph = OneHopGraph(n_owned=n, n_id=sub.n_id, edge_index=sub.edge_index,

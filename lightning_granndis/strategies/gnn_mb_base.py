@@ -46,9 +46,9 @@ class MiniBatchBaselineStrategy(ServerAwareGNNStrategy):
         return ("minibatch",)
 
     @override
-    def _epoch_parts(self, shard, epoch: int):
+    def _epoch_parts(self, shard, epoch: int, start: int = 0):
         return minibatch_epoch(shard.source, self.global_rank, self.world_size, self.fanout or 25, self.num_layers,
-                               self.seed, epoch)
+                               self.seed, epoch, start)
 
     @override
     def training_step(self, *args: Any, **kwargs: Any):

@@ -235,11 +235,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             return GraphBatches([rank_batch(shard.eval, self._register(shard.eval))])
         if shard.source is not None:
             length = 1 if self.resolved_mode == "eas" else shard.source.iterations
-            self._sampled = SampledBatches(length, lambda epoch: self._epoch_parts(shard, epoch),
+            self._sampled = SampledBatches(length, lambda epoch, start: self._epoch_parts(shard, epoch, start),
                                            lambda: self.lightning_module.trainer.current_epoch, self._register,
                                            self._release, depth=self.sampler_depth)
             return self._sampled
-        return GraphBatches([rank_batch(part, self._register(part)) for part in shard.train])
+        return GraphBatches([rank_batch(part, self._register(part)) for part in shard.train],
+                            lambda: self.lightning_module.trainer.current_epoch)
 
     def _register(self, part: GraphPart) -> int:
         key = self._next_key
@@ -255,14 +256,15 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self._parts.pop(key, None)
         self._graphs.pop(key, None)
 
-    def _epoch_parts(self, shard: RankShard, epoch: int):
-        """The epoch's freshly drawn parts of this rank (on the producer thread)."""
+    def _epoch_parts(self, shard: RankShard, epoch: int, start: int = 0):
+        """The epoch's freshly drawn parts of this rank from batch ``start`` on (on the producer
+        thread)."""
         topo = self.topology
-        if self.resolved_mode == "eas":
+        if self.resolved_mode == "eas":  # one batch an epoch: a resume starts at 0
             return eas_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
                              self.eas_hops, self.fanout or 15, self.eas_sampling == "degree", self.seed, epoch)
         return cob_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
-                         self.fanout or 25, self.num_layers, self.seed, epoch)
+                         self.fanout or 25, self.num_layers, self.seed, epoch, start)
 
     def _shard_for(self, item, kind: str) -> RankShard:
         """This rank's shard for the loader's graph (or store): loaded from the store, or built by

@@ -52,17 +52,47 @@ def materialise(batch, part: GraphPart):
     return out
 
 
-class GraphBatches:
-    """A re-iterable, sized sequence of a rank's batches (one epoch)."""
+class EpochPosition:
+    """How far the current epoch has got, as Lightning checkpoints a loader (``state_dict`` /
+    ``load_state_dict``): a resumed epoch starts at the batch after the last one trained."""
 
-    def __init__(self, batches: list) -> None:
-        self.batches = batches
+    def __init__(self) -> None:
+        self.epoch, self.given, self._resume_at = -1, 0, 0
+
+    def begin(self, epoch: int, length: int) -> int:
+        """Starts ``epoch``; returns the batch to start from (0, or where a resumed one stood)."""
+        start = self._resume_at if self._resume_at and self.epoch == epoch and self._resume_at < length else 0
+        self.epoch, self.given, self._resume_at = epoch, start, 0
+        return start
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "given": self.given}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self._resume_at = state.get("epoch", -1), state.get("given", 0)
+
+
+class GraphBatches:
+    """A re-iterable, sized sequence of a rank's batches (one epoch); ``epoch()`` numbers the
+    epoch being started, for a mid-epoch resume."""
+
+    def __init__(self, batches: list, epoch: Callable[[], int] = lambda: 0) -> None:
+        self.batches, self.epoch = batches, epoch
+        self.position = EpochPosition()
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self):
-        return iter(self.batches)
+        for i in range(self.position.begin(self.epoch(), len(self.batches)), len(self.batches)):
+            self.position.given = i + 1
+            yield self.batches[i]
+
+    def state_dict(self) -> dict[str, int]:
+        return self.position.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position.load_state_dict(state)
 
 
 class SampledBatches:
@@ -70,8 +100,8 @@ class SampledBatches:
 
     Args:
         length: batches per epoch.
-        parts: ``parts(epoch)`` → the epoch's :class:`GraphPart` iterator (runs on the producer
-            thread).
+        parts: ``parts(epoch, start)`` → the epoch's :class:`GraphPart` iterator from batch
+            ``start`` on (runs on the producer thread).
         epoch: returns the epoch being started.
         register: ``register(part)`` → the key of a produced part (runs as the batch is consumed);
             ``release(key)`` forgets it three batches later.
@@ -85,6 +115,7 @@ class SampledBatches:
         self.producer: BoundedProducer | None = None
         self.high_water = 0
         self._keys: list[int] = []
+        self.position = EpochPosition()
 
     def __len__(self) -> int:
         return self.length
@@ -96,11 +127,19 @@ class SampledBatches:
             self.release(key)
         self._keys = []
         epoch = self.epoch()
-        self.producer = BoundedProducer(lambda: self.parts(epoch), self.depth)
+        start = self.position.begin(epoch, self.length)
+        self.producer = BoundedProducer(lambda: self.parts(epoch, start), self.depth)
         for part in self.producer:
             self.high_water = max(self.high_water, self.producer.high_water)
             key = self.register(part)
             self._keys.append(key)
             if len(self._keys) > 3:
                 self.release(self._keys.pop(0))
+            self.position.given += 1
             yield rank_batch(part, key)
+
+    def state_dict(self) -> dict[str, int]:
+        return self.position.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position.load_state_dict(state)

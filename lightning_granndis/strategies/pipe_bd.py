@@ -20,6 +20,7 @@ from lightning_granndis.distill.profile import candidate_widths, feature_bytes_p
 from lightning_granndis.distill.runner import MODES, BlockwiseRunner
 from lightning_granndis.distill.schedule import DistillSchedule
 from lightning_granndis.link_model import LinkModel
+from lightning_granndis.strategies.resumable_loader import resumable
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 from lightning_granndis.strategies.stage_loader import StageLoader
 
@@ -217,6 +218,8 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             assert self.runner is not None
             return self.runner.loads_data(self.lightning_module.trainer.training)
 
+        if self.lightning_module.trainer.training:
+            dataloader = resumable(dataloader)
         self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 

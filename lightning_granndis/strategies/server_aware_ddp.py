@@ -15,6 +15,7 @@ from typing_extensions import override
 from lightning_granndis import checkpoint_sets, comm, random_state
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
+from lightning_granndis.strategies.resumable_loader import resumable
 from lightning_granndis.topology import ServerTopology
 
 
@@ -203,6 +204,8 @@ class ServerAwareDDPStrategy(DDPStrategy):
     @override
     def process_dataloader(self, dataloader: object) -> object:
         dataloader = super().process_dataloader(dataloader)
+        if self.lightning_module.trainer.training:
+            dataloader = resumable(dataloader)  # its position is checkpointed: resume mid-epoch exactly
         self.restore_resumed_random_state()
         return dataloader
 

@@ -64,8 +64,9 @@ class Classifier(pl.LightningModule):
         return torch.nn.functional.cross_entropy(self(x), y)
 
     def train_dataloader(self):
-        # 16 rows per rank per epoch, batches of 4: an epoch is 4 steps, a checkpoint every 2
-        return DataLoader(tensors(), batch_size=4)
+        # 16 rows per rank per epoch, batches of 4: an epoch is 4 steps, a checkpoint every 2;
+        # shuffled (Lightning's DistributedSampler then shuffles by epoch)
+        return DataLoader(tensors(), batch_size=4, shuffle=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
@@ -81,8 +82,9 @@ def build():
         from lightning_granndis.models import GNNNodeClassifier
         from lightning_granndis.strategies import ServerAwareGNNStrategy
         dm = OGBNodeDataModule("synthetic-tiny", root=str(out.parent / "data"))
-        return (GNNNodeClassifier(32, 8, hidden=16, num_layers=2), ServerAwareGNNStrategy(servers=2, mode="flx",
-                                                                                          link_model="10gbe"), dm)
+        # Cooperative Batching, 4 co-batches an epoch drawn afresh each epoch (its sampler resumes too)
+        return (GNNNodeClassifier(32, 8, hidden=16, num_layers=2),
+                ServerAwareGNNStrategy(servers=2, mode="cob", iterations=4, link_model="10gbe"), dm)
     if family == "pipeline":
         from lightning_granndis.models import GPT
         from lightning_granndis.strategies import CompressedPipelineStrategy
