@@ -108,11 +108,24 @@ def destroy() -> None:
         dist.destroy_process_group()
 
 
+def default_timeout() -> timedelta | None:
+    """The default group's timeout (``init_process_group(timeout=...)``, Lightning's strategy
+    ``timeout``), or ``None`` when it cannot be read."""
+    try:
+        group = dist.distributed_c10d._get_default_group()
+        device = torch.device("cuda") if dist.get_backend() == "nccl" else torch.device("cpu")
+        return group._get_backend(device).options._timeout
+    except (RuntimeError, AttributeError, ValueError):
+        return None
+
+
 def new_group(ranks: Sequence[int]):
-    """A process group over ``ranks`` (collective over the world); ``None`` when not distributed."""
+    """A process group over ``ranks`` (collective over the world); ``None`` when not distributed.
+    It waits as long as the default group: ``dist.new_group`` would otherwise give it torch's
+    default (30 minutes), and a hung peer would hold a collective of it that long."""
     if not is_initialized():
         return None
-    return dist.new_group(ranks=list(ranks))
+    return dist.new_group(ranks=list(ranks), timeout=default_timeout())
 
 
 def group_ranks(group=None) -> list[int]:
@@ -153,6 +166,10 @@ def barrier(group=None) -> None:
 _ERROR_KEY = "lightning_granndis/error/{}"
 _FAILED_KEY = "lightning_granndis/failed"
 _PUBLISHED_KEY = "lightning_granndis/published"
+#: each rank's watch writes the time here every second: a rank that stops answering (hung,
+#: SIGSTOPped, swapped out) stops writing it, and its peers can name it
+_HEARTBEAT_KEY = "lightning_granndis/heartbeat/{}"
+HEARTBEAT_S = 1.0
 #: set while this process handles an exception of its own (its watch then stands down)
 _handling = threading.Event()
 _COMM_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL", "Gloo", "gloo",
@@ -230,9 +247,45 @@ def explain_failure(exc: BaseException, wait_s: float = 1.0) -> None:
         exc.add_note(f"[lightning_granndis] raised on rank {rank} of {world}; the other ranks' errors name it.")
         _wait_for_peers_to_publish(world, wait_s=5.0)
         return
-    for peer, text in sorted(peer_errors(wait_s).items()):
+    peers = peer_errors(wait_s)
+    for peer, text in sorted(peers.items()):
         exc.add_note(f"[lightning_granndis] rank {peer} of {world} failed first with {text}; this error on rank "
                      f"{rank} is its consequence (a collective with rank {peer} broke off).")
+    if not peers:
+        failed = _ranks_that_published()  # they failed too, as a consequence: not the hung one
+        for peer, silent_s in sorted(stalled_peers().items()):
+            if peer in failed:
+                continue
+            exc.add_note(f"[lightning_granndis] rank {peer} of {world} stopped answering (no heartbeat for "
+                         f"{silent_s:.0f} s: hung, stopped or starved); this error on rank {rank} is its consequence "
+                         "(a collective with it timed out; the strategy's `timeout` sets how long ranks wait).")
+
+
+def _ranks_that_published() -> set[int]:
+    store = _store()
+    try:
+        return {r for r in range(get_world_size()) if store is not None and store.check([_ERROR_KEY.format(r)])}
+    except Exception:  # noqa: BLE001
+        return set()
+
+
+def stalled_peers(stale_s: float = 5 * HEARTBEAT_S) -> dict[int, float]:
+    """``{rank: seconds since its last heartbeat}`` of the peers silent for over ``stale_s``
+    (only ranks whose watch has beaten at least once; see :class:`FailureWatch`)."""
+    store = _store()
+    if store is None:
+        return {}
+    now, found = time.time(), {}
+    try:
+        for peer in range(get_world_size()):
+            key = _HEARTBEAT_KEY.format(peer)
+            if peer != get_rank() and store.check([key]):
+                silent = now - float(store.get(key).decode())
+                if silent > stale_s:
+                    found[peer] = silent
+    except Exception:  # noqa: BLE001 - a store whose host died answers nothing more
+        pass
+    return found
 
 
 def _wait_for_peers_to_publish(world: int, wait_s: float) -> None:
@@ -270,8 +323,37 @@ def _finish_before_terminating() -> None:
         pass
 
 
+def ignore_sigterm_while_failing() -> None:
+    """Wraps this process's SIGTERM handler so that a SIGTERM arriving while the rank is already
+    raising is ignored. Call it once the trainer's handlers are in place (they are re-registered
+    for every ``fit``).
+
+    torchrun's agent SIGTERMs every worker once one fails. Lightning's handler answers with a
+    broadcast to the peers, which cannot complete when a peer is dead or hung: on a rank that is
+    already unwinding an error, it would replace that error (and its note naming the failing
+    rank) with a broadcast timeout."""
+    import signal
+    import sys
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if getattr(previous, "_lightning_granndis_guard", False) or not callable(previous):
+        return
+
+    def guarded(signum, frame):
+        handled = sys.exc_info()[1]  # what the interrupted frames are handling, if anything
+        if _handling.is_set() or (handled is not None and is_communication_error(handled)):
+            return  # failing already: the exception unwinding ends this process
+        previous(signum, frame)
+
+    guarded._lightning_granndis_guard = True
+    signal.signal(signal.SIGTERM, guarded)
+
+
 class FailureWatch:
-    """A daemon thread that ends this rank when a peer fails while this rank waits.
+    """A daemon thread that ends this rank when a peer fails while this rank waits, and writes
+    this rank's heartbeat (:func:`stalled_peers` names a peer that stopped answering).
 
     A rank blocked in a collective with a *live* peer (rank 0 waiting for rank 1, which waits for
     the failed rank 2) would otherwise wait for the process group's timeout, and a launcher's
@@ -289,7 +371,15 @@ class FailureWatch:
     def start(self) -> "FailureWatch":
         store = _store()
         if store is not None and self._thread is None:
+            try:  # a connection of its own: a store client is not safe to share between threads
+                store = store.clone()
+            except (RuntimeError, AttributeError):
+                pass
             _handling.clear()
+            try:  # the first beat now: a rank that hangs at once is still named
+                store.set(_HEARTBEAT_KEY.format(get_rank()), repr(time.time()))
+            except Exception:  # noqa: BLE001
+                pass
             self._thread = threading.Thread(target=self._run, args=(store,), name="lightning_granndis-failure-watch",
                                             daemon=True)
             self._thread.start()
@@ -299,8 +389,12 @@ class FailureWatch:
         self._stop.set()
 
     def _run(self, store) -> None:
+        heartbeat, last_beat = _HEARTBEAT_KEY.format(get_rank()), 0.0
         while not self._stop.wait(self.interval_s):
             try:
+                if time.monotonic() - last_beat >= HEARTBEAT_S:
+                    store.set(heartbeat, repr(time.time()))
+                    last_beat = time.monotonic()
                 if not store.check([_FAILED_KEY]):
                     continue
             except Exception:  # noqa: BLE001 - no store, nothing to watch

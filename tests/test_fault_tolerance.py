@@ -17,10 +17,10 @@ from lightning_granndis.checkpoint_sets import CheckpointSetError, commit_set, n
 
 
 def launch(family: str, out: Path, kill_step: int = -1, kill_rank: int = 1, slow_save: float = 0.0,
-           timeout: float = 420) -> subprocess.CompletedProcess:
+           how: str = "kill", timeout: float = 420) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", "--max-restarts=2",
            "--monitor-interval=0.5", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
-           str(SCRIPTS / "fault_train.py"), family, str(out), str(kill_step), str(kill_rank), str(slow_save)]
+           str(SCRIPTS / "fault_train.py"), family, str(out), str(kill_step), str(kill_rank), str(slow_save), how]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
@@ -67,6 +67,20 @@ def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, u
     assert restarts(tmp_path) == 1
     assert "step=4.ckpt" in (tmp_path / "resumed_from").read_text()
     for mine, theirs in zip(finals(tmp_path, "pipeline"), uninterrupted["pipeline"]):
+        for key in mine:
+            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+
+
+def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path, uninterrupted):
+    # rank 1 SIGSTOPped after step 7: its peers' collectives time out (8 s), each names rank 1 as
+    # the rank that stopped answering, torchrun restarts the job and it resumes from step 6
+    proc = launch("ddp", tmp_path, kill_step=7, kill_rank=1, how="stop")
+    assert restarts(tmp_path) == 1
+    # every live rank names rank 1, and only rank 1 (not the peers that failed because of it)
+    assert proc.stderr.count("rank 1 of 4 stopped answering") == 3, proc.stderr[-6000:]
+    assert proc.stderr.count("stopped answering") == 3, proc.stderr[-6000:]
+    assert "step=6.ckpt" in (tmp_path / "resumed_from").read_text()
+    for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
         for key in mine:
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
 

@@ -87,6 +87,26 @@ class ServerAwareDDPStrategy(DDPStrategy):
         super().teardown()
 
     @override
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        comm.ignore_sigterm_while_failing()  # the trainer's handlers are registered by now
+
+    @override
+    def on_validation_start(self) -> None:
+        super().on_validation_start()
+        comm.ignore_sigterm_while_failing()
+
+    @override
+    def on_test_start(self) -> None:
+        super().on_test_start()
+        comm.ignore_sigterm_while_failing()
+
+    @override
+    def on_predict_start(self) -> None:
+        super().on_predict_start()
+        comm.ignore_sigterm_while_failing()
+
+    @override
     def on_exception(self, exception: BaseException) -> None:
         super().on_exception(exception)
         # every rank's error names the rank that failed first, not only gloo's "Connection closed"

@@ -1,10 +1,11 @@
 """A small run of one strategy family under torchrun, checkpointing with ResumableCheckpoint and
 resuming with ``ckpt_path="last"``; on its first attempt one rank can be SIGKILLed at a step.
 
-usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S]
+usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S [kill|stop]]
 FAMILY: ddp | gnn | pipeline | pipe_bd. KILL_STEP -1: no fault. SLOW_SAVE_S: seconds each
 checkpoint file write takes; the kill then lands inside the KILL_STEP set's write, once this
-rank's file is written and before the set is committed.
+rank's file is written and before the set is committed. stop: SIGSTOP instead of SIGKILL (ddp's
+collective timeout is then 8 s).
 Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's) and
 OUT/attempts/<restart>.<rank> (one file per start, for the restart count).
 """
@@ -25,6 +26,7 @@ from lightning_granndis.callbacks import ResumableCheckpoint
 
 family, out, kill_step, kill_rank = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 slow_save = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+how = sys.argv[6] if len(sys.argv) > 6 else "kill"  # kill: SIGKILL; stop: SIGSTOP (a hung rank)
 rank = int(os.environ["RANK"])
 restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 torch.set_num_threads(1)
@@ -39,7 +41,7 @@ class Kill(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if restart == 0 and rank == kill_rank and trainer.global_step == kill_step and not slow_save:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
 def tensors(n=64, features=8, classes=3, seed=0):
@@ -76,7 +78,11 @@ def build():
     """(module, strategy, datamodule or None, devices)."""
     if family == "ddp":
         from lightning_granndis.strategies import ServerAwareDDPStrategy
-        return Classifier(), ServerAwareDDPStrategy(servers=2, link_model="10gbe"), None
+        from datetime import timedelta
+
+        # a stopped rank makes its peers' collectives time out after 8 s
+        timeout = {"timeout": timedelta(seconds=8)} if how == "stop" else {}
+        return Classifier(), ServerAwareDDPStrategy(servers=2, link_model="10gbe", **timeout), None
     if family == "gnn":
         from lightning_granndis.datamodules import OGBNodeDataModule
         from lightning_granndis.models import GNNNodeClassifier
