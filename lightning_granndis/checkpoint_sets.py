@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightning_granndis.atomic import atomic_write_text
+from lightning_granndis.atomic import atomic_write, atomic_write_text
 
 SUFFIX = ".set.json"
 FORMAT = "lightning_granndis.checkpoint_set"
@@ -137,3 +137,25 @@ def newest_complete(directory: str | os.PathLike, checksum: bool = True) -> tupl
         except CheckpointSetError as error:
             skipped.append((record[1], str(error)))
     return None, skipped
+
+
+def pack_set(checkpoint: str | os.PathLike, checksum: bool = True) -> dict[str, bytes]:
+    """A verified set's files and its record, as ``{file name: bytes}``: to hand a set to a rank
+    that has none (a replica's snapshot to a restarted server)."""
+    found = verify_set(checkpoint, checksum=checksum)
+    blobs = {path.name: path.read_bytes() for path in found.files}
+    blobs[manifest_path(found.checkpoint).name] = manifest_path(found.checkpoint).read_bytes()
+    return blobs
+
+
+def unpack_set(directory: str | os.PathLike, blobs: dict[str, bytes]) -> Path:
+    """Writes a set packed by :func:`pack_set` into ``directory``: its files first, each
+    atomically, then its record (the commit). Returns the checkpoint's path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    record = next(name for name in blobs if name.endswith(SUFFIX))
+    for name, data in blobs.items():
+        if name != record:
+            atomic_write(directory / name, lambda f, data=data: f.write(data))
+    atomic_write(directory / record, lambda f: f.write(blobs[record]))
+    return directory / record[: -len(SUFFIX)]

@@ -155,6 +155,15 @@ def scatter_objects(objs: list | None, src: int = 0) -> object:
     return out[0]
 
 
+def broadcast_object(obj, src: int) -> object:
+    """Rank ``src``'s ``obj`` (pickled) on every rank. Recovery traffic: not booked."""
+    if not is_initialized():
+        return obj
+    out = [obj if get_rank() == src else None]
+    dist.broadcast_object_list(out, src=src)
+    return out[0]
+
+
 def barrier(group=None) -> None:
     if is_initialized():
         dist.barrier(group=group)

@@ -85,6 +85,25 @@ def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path,
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
 
 
+@pytest.mark.parametrize("how, server1_resumes", [
+    # server 1 (ranks 2, 3) loses its memory with rank 2: it receives server 0's step-6 snapshot
+    ("replica_lost", "shm/server1/epoch=1-step=6.ckpt"),
+    # no server keeps a snapshot: the disk checkpoint of step 4 (disk every 4 steps here)
+    ("replica_none", "checkpoints/epoch=0-step=4.ckpt"),
+])
+def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninterrupted, how, server1_resumes):
+    # rank 2 killed after step 7; snapshots every step, disk checkpoints every 4
+    launch("ddp", tmp_path, kill_step=7, kill_rank=2, how=how)
+    assert restarts(tmp_path) == 1
+    resumed = {r: (tmp_path / f"resumed_from.{r}").read_text() for r in range(4)}
+    server0_resumes = "shm/server0/epoch=1-step=6.ckpt" if how == "replica_lost" else server1_resumes
+    assert all(resumed[r].endswith(server0_resumes) for r in (0, 1)), resumed
+    assert all(resumed[r].endswith(server1_resumes) for r in (2, 3)), resumed
+    for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
+        for key in mine:
+            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+
+
 # ---------------------------------------------------------------------- sets, in one process
 def write_set(directory: Path, step: int, shards: int = 2) -> Path:
     checkpoint = directory / f"step={step}.ckpt"

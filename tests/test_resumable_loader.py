@@ -78,3 +78,28 @@ def test_relay_placeholders_and_graph_batches_resume_where_they_stood():
     other = GraphBatches(["a", "b", "c"], lambda: 4)  # a position of another epoch is not applied
     other.load_state_dict(batches.state_dict())
     assert list(other) == ["a", "b", "c"]
+
+
+def test_a_packed_set_unpacks_into_another_folder_as_a_committed_set(tmp_path):
+    from lightning_granndis.checkpoint_sets import commit_set, pack_set, unpack_set, verify_set
+
+    source = tmp_path / "server0" / "step=6.ckpt"
+    source.parent.mkdir()
+    torch.save({"w": torch.arange(5)}, source)
+    commit_set(source, [source], step=6, epoch=1)
+    copy = unpack_set(tmp_path / "server1", pack_set(source))
+    assert copy == tmp_path / "server1" / "step=6.ckpt"
+    assert verify_set(copy).step == 6 and torch.equal(torch.load(copy)["w"], torch.arange(5))
+
+
+def test_replica_snapshots_refuse_a_pipeline_naming_the_alternative():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lightning_granndis.callbacks import ReplicaSnapshot
+    from lightning_granndis.strategies import CompressedPipelineStrategy
+
+    trainer = SimpleNamespace(strategy=CompressedPipelineStrategy(stages=2), global_rank=0)
+    with pytest.raises(ValueError, match="ResumableCheckpoint alone"):
+        ReplicaSnapshot(dirpath="/dev/shm/x").server_folder(trainer)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
 from lightning_granndis.strategies.resumable_loader import resumable
 from lightning_granndis.topology import ServerTopology
+
+log = logging.getLogger(__name__)
 
 
 class ServerAwareDDPStrategy(DDPStrategy):
@@ -189,11 +193,31 @@ class ServerAwareDDPStrategy(DDPStrategy):
         """The files one checkpoint consists of (a pipeline adds its other stages' shards)."""
         return [Path(filepath)]
 
+    @contextmanager
+    def writing_on_every_server(self):
+        """Inside it, every server's head writes (and commits, and removes) each checkpoint, in a
+        folder of its own server, instead of rank 0 alone: the replica snapshots of
+        :class:`~lightning_granndis.callbacks.ReplicaSnapshot`, kept in each server's own memory."""
+        self._every_server_writes = True
+        try:
+            yield
+        finally:
+            self._every_server_writes = False
+
+    @property
+    def writes_checkpoint_files(self) -> bool:
+        """Whether this rank writes the checkpoint being saved: rank 0, or each server's head
+        inside :meth:`writing_on_every_server`."""
+        if getattr(self, "_every_server_writes", False) and self.topology is not None:
+            return self.topology.is_head(self.global_rank)
+        return self.is_global_zero
+
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
         # every rank's generators (dropout masks, sampling): a resumed run draws what this one would
         checkpoint["rank_random_states"] = comm.gather_objects(random_state.capture(self.root_device))
-        super().save_checkpoint(checkpoint, filepath, storage_options)
+        if self.writes_checkpoint_files:
+            self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
         self.commit_checkpoint(checkpoint, filepath)
 
     def commit_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH) -> None:
@@ -202,18 +226,20 @@ class ServerAwareDDPStrategy(DDPStrategy):
         if not _is_local_file_protocol(filepath):
             return
         comm.barrier()  # a no-op without a process group
-        if self.is_global_zero:
+        if self.writes_checkpoint_files:
             checkpoint_sets.commit_set(filepath, self.checkpoint_files(filepath), checkpoint.get("global_step", 0),
                                        checkpoint.get("epoch", 0), checksum=self.checkpoint_checksum)
 
     @override
     def remove_checkpoint(self, filepath: _PATH) -> None:
-        if self.is_global_zero and _is_local_file_protocol(filepath):
-            checkpoint_sets.uncommit(filepath)  # the record goes first: a half-deleted set is not complete
-        super().remove_checkpoint(filepath)
+        if self.writes_checkpoint_files:
+            if _is_local_file_protocol(filepath):
+                checkpoint_sets.uncommit(filepath)  # the record goes first: a half-deleted set is not complete
+            self.checkpoint_io.remove_checkpoint(filepath)
 
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+        checkpoint_path = self.agree_on_checkpoint(checkpoint_path)
         self.verify_checkpoint(checkpoint_path)
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
         states = checkpoint.get("rank_random_states")
@@ -239,6 +265,46 @@ class ServerAwareDDPStrategy(DDPStrategy):
         if state is not None and module is not None and module.trainer is not None and module.trainer.training:
             random_state.restore(state, self.root_device)
             self._resumed_random_state = None
+
+    def agree_on_checkpoint(self, checkpoint_path: _PATH) -> _PATH:
+        """The checkpoint every rank resumes from: the newest step any rank found (a collective).
+
+        Ranks choose their checkpoint on their own (``ckpt_path="last"``), and a server that lost
+        its memory finds an older checkpoint on disk than its peers' replica snapshots. Such a
+        server receives the newest snapshot from the lowest rank holding it (each rank of it gets
+        the set; its head writes it into the server's own snapshot folder) and resumes from it,
+        as every other rank does. Where every rank chose the same step, nothing moves."""
+        if not comm.is_initialized() or not _is_local_file_protocol(checkpoint_path):
+            return checkpoint_path
+        try:
+            mine = checkpoint_sets.read_set(checkpoint_path)[0].step
+        except checkpoint_sets.CheckpointSetError:
+            mine = -1  # not a committed set (plain Lightning's): the path every rank was given
+        steps = comm.gather_objects(mine)
+        best = max(steps)
+        if min(steps) == best:
+            return checkpoint_path
+        source = steps.index(best)
+        blobs = comm.broadcast_object(checkpoint_sets.pack_set(checkpoint_path, self.checkpoint_checksum)
+                                      if self.global_rank == source else None, src=source)
+        folder = getattr(self, "replica_folder", None)
+        if folder is None:  # the same answer on every rank: all of them raise
+            raise RuntimeError(f"the ranks found checkpoints of different steps {steps} and no ReplicaSnapshot "
+                               "folder to receive the newest into: resume every rank from the same checkpoint "
+                               "(ckpt_path=...).")
+        target = checkpoint_path
+        if mine != best:
+            record = next(name for name in blobs if name.endswith(checkpoint_sets.SUFFIX))
+            target = Path(folder) / record[: -len(checkpoint_sets.SUFFIX)]
+            if self.topology is not None and self.topology.is_head(self.global_rank):
+                checkpoint_sets.unpack_set(folder, blobs)
+                log.warning(f"lightning_granndis: server {self.topology.server_of(self.global_rank)} had a checkpoint "
+                            f"of step {mine} only; it resumes from rank {source}'s replica snapshot of step {best}.")
+        comm.barrier()  # every server's head has written it
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        if trainer is not None and mine != best:  # trainer.ckpt_path says what was resumed
+            trainer._checkpoint_connector._ckpt_path = target
+        return target
 
     def verify_checkpoint(self, checkpoint_path: _PATH) -> None:
         """Refuses a committed set whose files are missing, truncated, corrupt or mixed, naming the

@@ -1,11 +1,11 @@
 """A small run of one strategy family under torchrun, checkpointing with ResumableCheckpoint and
 resuming with ``ckpt_path="last"``; on its first attempt one rank can be SIGKILLed at a step.
 
-usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S [kill|stop]]
+usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S [HOW]]
 FAMILY: ddp | gnn | pipeline | pipe_bd. KILL_STEP -1: no fault. SLOW_SAVE_S: seconds each
 checkpoint file write takes; the kill then lands inside the KILL_STEP set's write, once this
 rank's file is written and before the set is committed. stop: SIGSTOP instead of SIGKILL (ddp's
-collective timeout is then 8 s).
+collective timeout is then 8 s). replica, replica_lost, replica_none: see `how` below.
 Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's) and
 OUT/attempts/<restart>.<rank> (one file per start, for the restart count).
 """
@@ -22,17 +22,20 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_granndis  # noqa: F401
-from lightning_granndis.callbacks import ResumableCheckpoint
+from lightning_granndis.callbacks import ReplicaSnapshot, ResumableCheckpoint
 
 family, out, kill_step, kill_rank = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 slow_save = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
-how = sys.argv[6] if len(sys.argv) > 6 else "kill"  # kill: SIGKILL; stop: SIGSTOP (a hung rank)
+# kill: SIGKILL; stop: SIGSTOP (a hung rank); replica*: SIGKILL with a ReplicaSnapshot every step
+# (replica_lost: the killed rank's server loses its snapshots too; replica_none: every server does)
+how = sys.argv[6] if len(sys.argv) > 6 else "kill"
 rank = int(os.environ["RANK"])
 restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 torch.set_num_threads(1)
 (out / "attempts").mkdir(parents=True, exist_ok=True)
 (out / "attempts" / f"{restart}.{rank}").touch()
-EVERY, STEPS = 2, 8
+EVERY, STEPS = (4 if how.startswith("replica") else 2), 8
+SNAPSHOTS = out / "shm"  # each server's "node-local memory"
 
 
 class Kill(Callback):
@@ -41,6 +44,12 @@ class Kill(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if restart == 0 and rank == kill_rank and trainer.global_step == kill_step and not slow_save:
+            if how in ("replica_lost", "replica_none"):  # the machine's memory goes with it
+                import shutil
+
+                servers = ["server1" if rank >= 2 else "server0"] if how == "replica_lost" else ["server0", "server1"]
+                for server in servers:
+                    shutil.rmtree(SNAPSHOTS / server, ignore_errors=True)
             os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
 
 
@@ -131,7 +140,8 @@ module, strategy, dm = build()
 trainer = pl.Trainer(
     accelerator="cpu", devices=4, strategy=strategy, max_steps=STEPS, logger=False, enable_progress_bar=False,
     enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    callbacks=[ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY), Kill()],
+    callbacks=[ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY), Kill()]
+    + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if how.startswith("replica") else []),
 )
 trainer.fit(module, datamodule=dm, ckpt_path="last")
 state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -142,6 +152,7 @@ elif rank == 0:
         state = module.assemble_student().state_dict()
     torch.save(state, out / "final.pt")
 (out / f"steps.{rank}").write_text(str(trainer.global_step))
+(out / f"resumed_from.{rank}").write_text(str(trainer.ckpt_path))
 if rank == 0:
     (out / "resumed_from").write_text(str(trainer.ckpt_path))
 
