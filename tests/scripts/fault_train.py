@@ -1,15 +1,25 @@
 """A small run of one strategy family under torchrun, checkpointing with ResumableCheckpoint and
-resuming with ``ckpt_path="last"``; on its first attempt one rank can be SIGKILLed at a step.
+resuming with ``ckpt_path="last"``; faults are injected into its attempts.
 
 usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S [HOW]]
-FAMILY: ddp | gnn | pipeline | pipe_bd. KILL_STEP -1: no fault. SLOW_SAVE_S: seconds each
-checkpoint file write takes; the kill then lands inside the KILL_STEP set's write, once this
-rank's file is written and before the set is committed. stop: SIGSTOP instead of SIGKILL (ddp's
-collective timeout is then 8 s). replica, replica_lost, replica_none: see `how` below.
-Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's) and
-OUT/attempts/<restart>.<rank> (one file per start, for the restart count).
+FAMILY: ddp | gnn | pipeline | pipe_bd. One fault, on the first attempt (KILL_STEP -1: none):
+HOW kill (default): SIGKILL rank KILL_RANK once KILL_STEP steps are done; stop: SIGSTOP it (a hung
+rank; ddp's collective timeout is then 8 s); replica, replica_lost, replica_none: SIGKILL with a
+ReplicaSnapshot every step (replica_lost: the killed rank's server loses its snapshots too;
+replica_none: every server does). SLOW_SAVE_S > 0: every checkpoint file takes that long to write
+and the kill lands inside the KILL_STEP set's write, once the rank's file is written and before
+the set is committed (fault "write").
+
+Or, for the fault benchmark, the environment sets FAULT_PLAN (JSON: one fault per attempt, each
+{"kind": kill|stop|write|corrupt|replica|replica_lost, "step": s, "rank": r}), FAULT_STEPS,
+FAULT_EVERY and FAULT_SNAPSHOTS (0/1). "corrupt" truncates the newest committed checkpoint, then
+SIGKILLs rank r at step s. Every attempt appends what happened to OUT/events.jsonl.
+
+Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's),
+OUT/attempts/<restart>.<rank>, OUT/steps.<rank> and OUT/resumed_from[.<rank>].
 """
 
+import json
 import os
 import signal
 import sys
@@ -24,33 +34,62 @@ from torch.utils.data import DataLoader, TensorDataset
 import lightning_granndis  # noqa: F401
 from lightning_granndis.callbacks import ReplicaSnapshot, ResumableCheckpoint
 
-family, out, kill_step, kill_rank = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-slow_save = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
-# kill: SIGKILL; stop: SIGSTOP (a hung rank); replica*: SIGKILL with a ReplicaSnapshot every step
-# (replica_lost: the killed rank's server loses its snapshots too; replica_none: every server does)
-how = sys.argv[6] if len(sys.argv) > 6 else "kill"
+family, out = sys.argv[1], Path(sys.argv[2])
 rank = int(os.environ["RANK"])
 restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+if "FAULT_PLAN" in os.environ:
+    PLAN = json.loads(os.environ["FAULT_PLAN"])
+    STEPS, EVERY = int(os.environ["FAULT_STEPS"]), int(os.environ["FAULT_EVERY"])
+    SNAPSHOT = os.environ.get("FAULT_SNAPSHOTS") == "1"
+    slow_save = 0.0
+else:
+    kill_step, kill_rank = int(sys.argv[3]), int(sys.argv[4])
+    slow_save = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    how = sys.argv[6] if len(sys.argv) > 6 else "kill"
+    kind = "write" if slow_save else how
+    PLAN = [{"kind": kind, "step": kill_step, "rank": kill_rank}] if kill_step >= 0 else []
+    STEPS, EVERY, SNAPSHOT = 8, (4 if how.startswith("replica") else 2), how.startswith("replica")
+FAULT = PLAN[restart] if restart < len(PLAN) else None
 torch.set_num_threads(1)
 (out / "attempts").mkdir(parents=True, exist_ok=True)
 (out / "attempts" / f"{restart}.{rank}").touch()
-EVERY, STEPS = (4 if how.startswith("replica") else 2), 8
 SNAPSHOTS = out / "shm"  # each server's "node-local memory"
 
 
-class Kill(Callback):
-    """SIGKILLs rank ``kill_rank`` once ``kill_step`` steps are done, on the first attempt only
-    (with SLOW_SAVE_S, inside that step's checkpoint write instead)."""
+def record(**event) -> None:
+    with open(out / "events.jsonl", "a") as f:
+        f.write(json.dumps({"attempt": restart, "rank": rank, "time": time.time(), **event}) + "\n")
+
+
+def die() -> None:
+    record(event="fault", kind=FAULT["kind"], step=FAULT["step"])
+    if FAULT["kind"] in ("replica_lost", "replica_none"):  # the machine's memory goes with it
+        import shutil
+
+        servers = [f"server{int(rank >= 2)}"] if FAULT["kind"] == "replica_lost" else ["server0", "server1"]
+        for server in servers:
+            shutil.rmtree(SNAPSHOTS / server, ignore_errors=True)
+    os.kill(os.getpid(), signal.SIGSTOP if FAULT["kind"] == "stop" else signal.SIGKILL)
+
+
+class Faults(Callback):
+    """Injects this attempt's fault, and records where each attempt started."""
+
+    def __init__(self):
+        self.started = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if restart == 0 and rank == kill_rank and trainer.global_step == kill_step and not slow_save:
-            if how in ("replica_lost", "replica_none"):  # the machine's memory goes with it
-                import shutil
-
-                servers = ["server1" if rank >= 2 else "server0"] if how == "replica_lost" else ["server0", "server1"]
-                for server in servers:
-                    shutil.rmtree(SNAPSHOTS / server, ignore_errors=True)
-            os.kill(os.getpid(), signal.SIGSTOP if how == "stop" else signal.SIGKILL)
+        if not self.started and rank == 0:
+            record(event="first_step", resumed_step=trainer.global_step - 1, resumed_from=str(trainer.ckpt_path))
+        self.started = True
+        if FAULT is None or rank != FAULT["rank"] or trainer.global_step != FAULT["step"]:
+            return
+        if FAULT["kind"] == "corrupt":  # the newest committed set's file, truncated, then a kill
+            newest = max((out / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+            newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+            record(event="corrupted", path=str(newest))
+        if FAULT["kind"] != "write":
+            die()
 
 
 def tensors(n=64, features=8, classes=3, seed=0):
@@ -90,7 +129,7 @@ def build():
         from datetime import timedelta
 
         # a stopped rank makes its peers' collectives time out after 8 s
-        timeout = {"timeout": timedelta(seconds=8)} if how == "stop" else {}
+        timeout = {"timeout": timedelta(seconds=8)} if any(f["kind"] == "stop" for f in PLAN) else {}
         return Classifier(), ServerAwareDDPStrategy(servers=2, link_model="10gbe", **timeout), None
     if family == "gnn":
         from lightning_granndis.datamodules import OGBNodeDataModule
@@ -122,26 +161,26 @@ def build():
     raise SystemExit(f"unknown family {family}")
 
 
-if slow_save:  # every checkpoint file takes this long to write: a kill lands inside a set's write
+if FAULT is not None and FAULT["kind"] == "write":  # a kill between writing a file and committing the set
     from lightning_granndis.strategies import checkpoint_io
 
     original = checkpoint_io.atomic_torch_save
 
-    def slow(obj, path):
+    def write_then_die(obj, path):
         time.sleep(slow_save)
         original(obj, path)
-        if restart == 0 and rank == kill_rank and f"step={kill_step}." in Path(path).name:
-            os.kill(os.getpid(), signal.SIGKILL)  # its shard written, the set not yet committed
+        if rank == FAULT["rank"] and f"step={FAULT['step']}." in Path(path).name:
+            die()  # its file written, the set not yet committed
 
-    checkpoint_io.atomic_torch_save = slow
+    checkpoint_io.atomic_torch_save = write_then_die
 
 pl.seed_everything(0)
 module, strategy, dm = build()
 trainer = pl.Trainer(
     accelerator="cpu", devices=4, strategy=strategy, max_steps=STEPS, logger=False, enable_progress_bar=False,
     enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    callbacks=[ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY), Kill()]
-    + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if how.startswith("replica") else []),
+    callbacks=[ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY), Faults()]
+    + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if SNAPSHOT else []),
 )
 trainer.fit(module, datamodule=dm, ckpt_path="last")
 state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -155,6 +194,7 @@ elif rank == 0:
 (out / f"resumed_from.{rank}").write_text(str(trainer.ckpt_path))
 if rank == 0:
     (out / "resumed_from").write_text(str(trainer.ckpt_path))
+    record(event="finished", steps=trainer.global_step)
 
 from lightning_granndis import comm  # noqa: E402
 

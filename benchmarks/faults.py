@@ -1,0 +1,252 @@
+"""Fault injection: at least 100 faults across the four strategy families, each run under
+``torchrun --max-restarts`` and resumed by itself (``ResumableCheckpoint``, ``ckpt_path="last"``).
+
+Families (small models, 4 ranks = 2 virtual servers x 2 devices, gloo): ``ddp`` (server_aware_ddp,
+an MLP with dropout on shuffled data), ``gnn`` (granndis CoB, co-batches drawn every epoch),
+``pipeline`` (compressed_pipeline, 2 stages x 2 replicas, compressed backward with error
+feedback), ``pipe_bd``. Every launch injects one fault per attempt (a plan drawn from a seed), so
+one launch of ``n`` faults restarts ``n`` times; ``tests/scripts/fault_train.py`` is the worker.
+
+Fault kinds: ``kill`` (SIGKILL of a random rank at a random step), ``write`` (rank 0 killed
+between writing its checkpoint file and committing the set), ``corrupt`` (the newest committed
+checkpoint truncated, then a kill: resume must skip it), ``stop`` (SIGSTOP: a hung rank; the
+peers' collectives time out after 8 s), ``replica`` / ``replica_lost`` (a kill with a
+ReplicaSnapshot every step; ``_lost``: the killed rank's server loses its snapshots too).
+
+Per family and kind: faults injected, runs completed, steps lost (mean, max), recovery seconds
+(the kill to the first step of the next attempt; includes torchrun's restart and the job's set-up),
+final parameters equal to the uninterrupted run's, and for replica recovery the steps the disk
+checkpoint alone would have lost. Disk checkpoints every 4 steps (every 8 with snapshots).
+
+    python benchmarks/faults.py [--seed 0]
+
+Writes benchmarks/results/faults.{json,md,png} with top-level ``injected``, ``survived``,
+``corrupted_loads``, ``max_steps_lost_checkpoint``, ``max_steps_lost_replica``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _results import save_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+WORKER = REPO / "tests" / "scripts" / "fault_train.py"
+STEPS, EVERY, EVERY_WITH_SNAPSHOTS = 40, 4, 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def increasing_steps(rng: random.Random, n: int, start: int = 0, gap: tuple[int, int] = (1, 4)) -> list[int]:
+    steps, step = [], start
+    for _ in range(n):
+        step += rng.randint(*gap)
+        steps.append(step)
+    return steps
+
+
+def plans(rng: random.Random) -> list[dict]:
+    """Every launch: family, name, fault plan, snapshots on or off."""
+    launches = []
+    for family in ("ddp", "gnn", "pipeline", "pipe_bd"):
+        launches.append({"family": family, "name": "uninterrupted", "plan": [], "snapshots": False})
+        launches.append({"family": family, "name": "kill", "snapshots": False, "plan": [
+            {"kind": "kill", "step": s, "rank": rng.randrange(4)} for s in increasing_steps(rng, 10, gap=(1, 3))]})
+        # write at a checkpoint step, then corrupt at a later step, alternately
+        plan, step = [], 0
+        for i in range(8):
+            if i % 2 == 0:
+                step = (step // EVERY + 1) * EVERY
+                plan.append({"kind": "write", "step": step, "rank": 0})
+            else:
+                step += rng.randint(1, 3)
+                plan.append({"kind": "corrupt", "step": step, "rank": rng.randrange(4)})
+        launches.append({"family": family, "name": "write_corrupt", "snapshots": False, "plan": plan})
+        if family != "pipeline":  # a pipeline's servers hold no whole replica (ReplicaSnapshot refuses it)
+            kinds = ["replica", "replica_lost"] * 4 if family == "ddp" else ["replica"] * 8
+            launches.append({"family": family, "name": "replica", "snapshots": True, "plan": [
+                {"kind": k, "step": s, "rank": rng.randrange(4)}
+                for k, s in zip(kinds, increasing_steps(rng, 8, gap=(1, 4)))]})
+    launches.append({"family": "ddp", "name": "hang", "snapshots": False, "plan": [
+        {"kind": "stop", "step": s, "rank": rng.randrange(4)} for s in increasing_steps(rng, 4, gap=(2, 6))]})
+    return launches
+
+
+def run(launch: dict, out: Path) -> dict:
+    env = dict(os.environ, FAULT_PLAN=json.dumps(launch["plan"]), FAULT_STEPS=str(STEPS),
+               FAULT_EVERY=str(EVERY_WITH_SNAPSHOTS if launch["snapshots"] else EVERY),
+               FAULT_SNAPSHOTS="1" if launch["snapshots"] else "0", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
+           f"--max-restarts={len(launch['plan'])}", "--monitor-interval=0.5", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", str(WORKER), launch["family"], str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=1800)
+    seconds = time.perf_counter() - t0
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] \
+        if (out / "events.jsonl").exists() else []
+    return {"rc": proc.returncode, "seconds": seconds, "events": events,
+            "stderr_tail": proc.stderr[-2000:] if proc.returncode else ""}
+
+
+def finals(out: Path, family: str) -> list[dict]:
+    if family == "pipeline":
+        return [torch.load(out / f"final.{r}.pt") for r in range(4)]
+    return [torch.load(out / "final.pt")]
+
+
+def equal(a: list[dict], b: list[dict]) -> bool:
+    return all(x.keys() == y.keys() and all(torch.allclose(x[k].float(), y[k].float(), atol=1e-6) for k in x)
+               for x, y in zip(a, b))
+
+
+def faults_of(launch: dict, result: dict) -> list[dict]:
+    """One row per injected fault: steps lost, recovery seconds, corrupted load."""
+    firsts = {e["attempt"]: e for e in result["events"] if e["event"] == "first_step"}
+    hits = {e["attempt"]: e for e in result["events"] if e["event"] == "fault"}
+    corrupted = {e["attempt"]: e["path"] for e in result["events"] if e["event"] == "corrupted"}
+    rows = []
+    for attempt, fault in enumerate(launch["plan"]):
+        hit, nxt = hits.get(attempt), firsts.get(attempt + 1)
+        row = {"kind": fault["kind"], "step": fault["step"], "injected": hit is not None,
+               "recovered": hit is not None and nxt is not None}
+        if row["recovered"]:
+            row["steps_lost"] = fault["step"] - nxt["resumed_step"]
+            row["recovery_s"] = nxt["time"] - hit["time"]
+            row["resumed_from"] = nxt["resumed_from"]
+            row["corrupted_load"] = attempt in corrupted and nxt["resumed_from"] == corrupted[attempt]
+            if fault["kind"].startswith("replica"):  # what the disk checkpoint alone would have lost
+                row["steps_lost_checkpoint_only"] = fault["step"] - (fault["step"] // EVERY_WITH_SNAPSHOTS) * \
+                    EVERY_WITH_SNAPSHOTS
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    launches = plans(rng)
+    total = sum(len(launch["plan"]) for launch in launches)
+    print(f"faults: {total} in {len(launches)} launches", flush=True)
+    references, rows = {}, []
+    with tempfile.TemporaryDirectory(prefix="faults_") as tmp:
+        for i, launch in enumerate(launches):
+            out = Path(tmp) / f"{launch['family']}_{launch['name']}"
+            result = run(launch, out)
+            finished = result["rc"] == 0 and any(e["event"] == "finished" for e in result["events"])
+            same = None
+            if finished and launch["name"] == "uninterrupted":
+                references[launch["family"]] = finals(out, launch["family"])
+            elif finished:
+                same = equal(finals(out, launch["family"]), references[launch["family"]])
+            faults = faults_of(launch, result)
+            for row in faults:
+                row.update(family=launch["family"], launch=launch["name"], run_completed=finished,
+                           final_equal=same)
+            rows += faults
+            print(f"[{i + 1}/{len(launches)}] {launch['family']:8s} {launch['name']:14s} faults "
+                  f"{len(faults):2d}  completed {finished}  equal {same}  {result['seconds']:.0f}s", flush=True)
+            if result["rc"]:
+                print(result["stderr_tail"], flush=True)
+    report(rows, args.seed)
+
+
+def summary(rows: list[dict]) -> dict:
+    lost = [r["steps_lost"] for r in rows if r.get("recovered")]
+    rec = [r["recovery_s"] for r in rows if r.get("recovered")]
+    out = {"injected": sum(r["injected"] for r in rows), "recovered": sum(r["recovered"] for r in rows),
+           "runs_completed": all(r["run_completed"] for r in rows),
+           "final_equal": all(r["final_equal"] for r in rows),
+           "steps_lost_mean": statistics.mean(lost) if lost else None, "steps_lost_max": max(lost, default=None),
+           "recovery_s_mean": statistics.mean(rec) if rec else None, "recovery_s_max": max(rec, default=None),
+           "corrupted_loads": sum(bool(r.get("corrupted_load")) for r in rows)}
+    only = [r["steps_lost_checkpoint_only"] for r in rows if "steps_lost_checkpoint_only" in r]
+    if only:
+        out["checkpoint_only_steps_lost_mean"], out["checkpoint_only_steps_lost_max"] = statistics.mean(only), max(only)
+    return out
+
+
+def report(rows: list[dict], seed: int) -> None:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["family"], row["kind"]), []).append(row)
+    table = {f"{f}/{k}": summary(g) for (f, k), g in sorted(groups.items())}
+    replica = [r for r in rows if r["kind"].startswith("replica")]
+    checkpoint = [r for r in rows if not r["kind"].startswith("replica")]
+    survived = sum(r["recovered"] and r["run_completed"] and bool(r["final_equal"]) for r in rows)
+    data = {
+        "injected": sum(r["injected"] for r in rows),
+        "survived": survived,
+        "corrupted_loads": sum(bool(r.get("corrupted_load")) for r in rows),
+        "max_steps_lost_checkpoint": max((r["steps_lost"] for r in checkpoint if r.get("recovered")), default=None),
+        "max_steps_lost_replica": max((r["steps_lost"] for r in replica if r.get("recovered")), default=None),
+        "by_family_and_kind": table,
+        "faults": rows,
+        "meta": {"seed": seed, "steps": STEPS, "checkpoint_every": EVERY,
+                 "checkpoint_every_with_snapshots": EVERY_WITH_SNAPSHOTS, "ranks": 4, "servers": 2,
+                 "command": "python benchmarks/faults.py", "machine": f"{os.cpu_count()} cores, CPU, gloo"},
+    }
+    lines = ["# Fault injection", "",
+             f"{data['injected']} faults injected, {survived} survived (the run finished after restarting and ended "
+             f"with the uninterrupted run's parameters), {data['corrupted_loads']} corrupted loads. Steps lost: at most "
+             f"{data['max_steps_lost_checkpoint']} with disk checkpoints every {EVERY} steps, at most "
+             f"{data['max_steps_lost_replica']} with replica snapshots every step.", "",
+             "| family / kind | injected | recovered | runs completed | final = uninterrupted | steps lost mean | max "
+             "| disk-only would lose (mean / max) | recovery s mean | max | corrupted loads |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, s in table.items():
+        only = (f"{s['checkpoint_only_steps_lost_mean']:.1f} / {s['checkpoint_only_steps_lost_max']}"
+                if "checkpoint_only_steps_lost_mean" in s else "")
+        fmt = lambda v, p=1: "" if v is None else f"{v:.{p}f}"  # noqa: E731
+        lines.append(f"| {key} | {s['injected']} | {s['recovered']} | {s['runs_completed']} | {s['final_equal']} | "
+                     f"{fmt(s['steps_lost_mean'])} | {s['steps_lost_max']} | {only} | {fmt(s['recovery_s_mean'])} | "
+                     f"{fmt(s['recovery_s_max'])} | {s['corrupted_loads']} |")
+    lines += ["", "Recovery seconds run from the kill to the next attempt's first step: torchrun's restart, "
+              "the job's set-up (imports, process group, checkpoint load) and one step, on 2 shared cores. "
+              "A hang adds the 8 s collective timeout and torchrun's 30 s grace before it SIGKILLs the stopped "
+              "rank.", "", f"`python benchmarks/faults.py --seed {seed}`", ""]
+
+    def plot(path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        keys = list(table)
+        fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5))
+        a.bar(keys, [table[k]["steps_lost_mean"] or 0 for k in keys], color="tab:blue", label="mean")
+        a.scatter(keys, [table[k]["steps_lost_max"] or 0 for k in keys], color="tab:red", zorder=3, label="max")
+        a.set_ylabel("steps lost per fault")
+        a.legend()
+        b.bar(keys, [table[k]["recovery_s_mean"] or 0 for k in keys], color="tab:green")
+        b.set_ylabel("recovery seconds (kill to next step)")
+        for ax in (a, b):
+            ax.tick_params(axis="x", rotation=70)
+        fig.suptitle(f"{data['injected']} faults, {survived} survived, {data['corrupted_loads']} corrupted loads")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    save_results("faults", data, "\n".join(lines), plot)
+
+
+if __name__ == "__main__":
+    main()
