@@ -42,8 +42,9 @@ def configs(out):
     cfgs += [
         {**D2, "tag": "dropout_a", "model": {"dropout": 0.1}, "steps": 1},
         {**D2, "tag": "dropout_b", "model": {"dropout": 0.1}, "steps": 1},
+        # a manual split the profiler would not choose: the resumed run (profiled split) must keep it
         {**CKPT, "tag": "ckpt_full", "steps": 7, "ckpt_every": 1, "ckpt_dir": str(out / "ckpt"),
-         "save": str(out / "full.ckpt")},
+         "save": str(out / "full.ckpt"), "strategy": {**CKPT["strategy"], "balance": [3, 1]}},
         {**CKPT, "tag": "ckpt_resumed", "steps": 7, "resume": str(out / "ckpt" / "step=6.ckpt")},
     ]
     return cfgs

@@ -13,6 +13,7 @@ from lightning_granndis.compression.powersgd import PowerSGDReducer
 from lightning_granndis.models import GPT, MLPClassifier
 from lightning_granndis.pipeline import PipelinedModule, place_stages, plan_stages
 from lightning_granndis.pipeline.layout import PipelineLayout, build_layout
+from lightning_granndis.pipeline.checkpoint import resumed_balance
 from lightning_granndis.pipeline.module import micro_ranges, slice_batch
 from lightning_granndis.pipeline.p2p import compressed_rank, header_of, parse_header
 from lightning_granndis.pipeline.runtime import PipelineRuntime
@@ -130,6 +131,19 @@ def test_a_checkpoint_from_another_configuration_names_the_difference():
         layout.check_metadata(other, "x.ckpt")
     with pytest.raises(ValueError, match="not a pipeline checkpoint"):
         layout.check_metadata(None, "plain.ckpt")
+
+
+def test_a_resumed_run_reads_the_checkpoints_split(tmp_path):
+    """Profiled splits depend on timings, so resume keeps the checkpoint's; anything else gives
+    ``None`` and the load that follows names the problem."""
+    path = tmp_path / "step=6.ckpt"
+    torch.save({"pipeline": {"stages": 2, "balance": [3, 1]}, "state_dict": {"w": torch.ones(2)}}, path)
+    assert resumed_balance(path, 2) == [3, 1]
+    assert resumed_balance(path, 4) is None  # another stage count
+    torch.save({"state_dict": {}}, tmp_path / "plain.ckpt")
+    assert resumed_balance(tmp_path / "plain.ckpt", 2) is None
+    (tmp_path / "broken.ckpt").write_bytes(b"not a checkpoint")
+    assert resumed_balance(tmp_path / "broken.ckpt", 2) is None
 
 
 def test_in_process_one_stage_pipeline_trains_like_plain_lightning(tmp_path):

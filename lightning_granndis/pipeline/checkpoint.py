@@ -16,6 +16,18 @@ def shard_path(filepath, stage: int) -> Path:
     return path if stage == 0 else path.with_name(f"{path.name}.stage{stage}")
 
 
+def resumed_balance(filepath, stages: int) -> list[int] | None:
+    """The blocks per stage recorded in a pipeline checkpoint of ``stages`` stages, or ``None``
+    when it has none (not a pipeline checkpoint, unreadable, another stage count: the load that
+    follows names the problem). Memory-mapped: only the small metadata entry is read."""
+    try:
+        meta = torch.load(shard_path(filepath, 0), map_location="cpu", weights_only=True, mmap=True).get("pipeline")
+    except Exception:  # noqa: BLE001 - the checkpoint's own verification reports it
+        return None
+    balance = meta.get("balance") if isinstance(meta, dict) else None
+    return [int(b) for b in balance] if isinstance(balance, list) and len(balance) == stages else None
+
+
 def consolidate_checkpoint(filepath, output=None) -> dict[str, torch.Tensor]:
     """Merges the stage shards of a :class:`~lightning_granndis.strategies.CompressedPipelineStrategy`
     checkpoint into the whole model's ``state_dict``.

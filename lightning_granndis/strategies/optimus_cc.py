@@ -15,7 +15,7 @@ from typing_extensions import override
 from lightning_granndis import checkpoint_sets, comm
 from lightning_granndis.compression.powersgd import PowerSGDReducer, all_reduce_flat
 from lightning_granndis.link_model import LinkModel
-from lightning_granndis.pipeline.checkpoint import shard_path
+from lightning_granndis.pipeline.checkpoint import resumed_balance, shard_path
 from lightning_granndis.pipeline.layout import PipelineLayout, build_layout
 from lightning_granndis.pipeline.runtime import BackwardCompression, PipelineRuntime
 from lightning_granndis.pipeline.schedules import SCHEDULES
@@ -141,7 +141,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         self.setup_without_ddp(trainer, self._setup_pipeline)
         self.precision_plugin.clip_grad_by_norm = self._clip_grad_by_norm  # global norm across stages
 
-    def _setup_pipeline(self) -> None:
+    def _setup_pipeline(self, resumed_from: _PATH | None = None) -> None:
         module = self.lightning_module
         for hook in ("pipeline_blocks", "pipeline_input", "pipeline_loss", "pipeline_step"):
             if not callable(getattr(module, hook, None)):
@@ -152,7 +152,11 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
         if self.layout is not None and getattr(module, "_pipeline_layout", None) is self.layout:
             return  # already split (e.g. validate after fit)
         assert self.topology is not None and self.comm is not None
-        self.layout = build_layout(module, self.topology, self.stages, balance=self.balance,
+        balance = self.balance
+        if balance is None and resumed_from is not None:
+            # A profiled split depends on timings; a resumed run keeps the split its checkpoint has.
+            balance = resumed_balance(resumed_from, self.stages) if self.global_rank == 0 else None
+        self.layout = build_layout(module, self.topology, self.stages, balance=balance,
                                    memory_cap=self.memory_cap, microbatches=self.microbatches,
                                    device=self.root_device)
         layout = self.layout
@@ -268,7 +272,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
     @override
     def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
         if self.layout is None:  # Lightning restores the module before `setup`: split it now
-            self._setup_pipeline()
+            self._setup_pipeline(resumed_from=checkpoint_path)
         assert self.layout is not None
         self.verify_checkpoint(checkpoint_path)  # a committed set: every shard present, of one step
         path = self.shard_path(checkpoint_path)
