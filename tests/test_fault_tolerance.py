@@ -4,6 +4,7 @@ skipped; a set is committed only once all its files are written."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +18,18 @@ from lightning_granndis.checkpoint_sets import CheckpointSetError, commit_set, n
 
 
 def launch(family: str, out: Path, kill_step: int = -1, kill_rank: int = 1, slow_save: float = 0.0,
-           how: str = "kill", timeout: float = 420) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", "--max-restarts=2",
+           how: str = "kill", timeout: float = 420, plan: list[dict] | None = None,
+           steps: int = 8) -> subprocess.CompletedProcess:
+    """One torchrun launch of tests/scripts/fault_train.py: one fault (``kill_step``...), or with
+    ``plan`` one fault per attempt (checkpoints every 2 steps, ``steps`` steps)."""
+    env = child_env()
+    if plan is not None:
+        env.update(FAULT_PLAN=json.dumps(plan), FAULT_STEPS=str(steps), FAULT_EVERY="2", FAULT_SNAPSHOTS="0")
+    restarts_allowed = max(2, len(plan or []))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", f"--max-restarts={restarts_allowed}",
            "--monitor-interval=0.5", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
            str(SCRIPTS / "fault_train.py"), family, str(out), str(kill_step), str(kill_rank), str(slow_save), how]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
 
@@ -58,6 +66,22 @@ def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uni
         assert mine.keys() == theirs.keys()
         for key in mine:
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), (family, key)
+
+
+def test_repeated_kills_resume_from_checkpoints_that_resumed_runs_wrote(tmp_path, uninterrupted):
+    """Three kills in one job (rank 1, rank 0, rank 2), each resumed from a checkpoint the previous
+    attempt wrote, at an epoch's end (step 4, step 8: Lightning miscounted those epochs before) or
+    in its middle (step 10); the job ends as the uninterrupted 12-step run."""
+    plan = [{"kind": "kill", "step": 5, "rank": 1}, {"kind": "kill", "step": 9, "rank": 0},
+            {"kind": "kill", "step": 11, "rank": 2}]
+    launch("ddp", tmp_path / "faults", plan=plan, steps=12, timeout=600)
+    launch("ddp", tmp_path / "reference", plan=[], steps=12)
+    events = [json.loads(line) for line in (tmp_path / "faults" / "events.jsonl").read_text().splitlines()]
+    assert [e["resumed_step"] for e in events if e["event"] == "first_step"] == [0, 4, 8, 10]
+    assert restarts(tmp_path / "faults") == 3
+    mine, theirs = finals(tmp_path / "faults", "ddp")[0], finals(tmp_path / "reference", "ddp")[0]
+    for key in mine:
+        assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
 
 
 def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, uninterrupted):

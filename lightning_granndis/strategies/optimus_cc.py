@@ -19,6 +19,7 @@ from lightning_granndis.pipeline.checkpoint import resumed_balance, shard_path
 from lightning_granndis.pipeline.layout import PipelineLayout, build_layout
 from lightning_granndis.pipeline.runtime import BackwardCompression, PipelineRuntime
 from lightning_granndis.pipeline.schedules import SCHEDULES
+from lightning_granndis.strategies.loop_state import settle_epoch_end
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 
 
@@ -283,6 +284,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             )
         checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=True if weights_only is None else weights_only)
         self.layout.check_metadata(checkpoint.get("pipeline"), path)
+        settle_epoch_end(checkpoint)
         states = checkpoint.get("pipeline_state", {}).get("replicas", [])
         if states:
             self._load_rank_state(states[self.layout.replica])

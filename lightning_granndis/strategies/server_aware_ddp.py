@@ -17,6 +17,7 @@ from typing_extensions import override
 from lightning_granndis import checkpoint_sets, comm, random_state
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
+from lightning_granndis.strategies.loop_state import settle_epoch_end
 from lightning_granndis.strategies.resumable_loader import resumable
 from lightning_granndis.topology import ServerTopology
 
@@ -242,6 +243,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         checkpoint_path = self.agree_on_checkpoint(checkpoint_path)
         self.verify_checkpoint(checkpoint_path)
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        settle_epoch_end(checkpoint)  # Lightning 2.6 miscounts a resumed epoch end (see loop_state)
         states = checkpoint.get("rank_random_states")
         if states and len(states) == self.world_size:  # another world size: each rank keeps its own seed
             self._resumed_random_state = states[self.global_rank]
