@@ -27,6 +27,9 @@ from lightning_granndis.atomic import atomic_write, atomic_write_text
 
 SUFFIX = ".set.json"
 FORMAT = "lightning_granndis.checkpoint_set"
+#: An empty file a rank without a checkpoint resumes "from": it stands for the set a peer then
+#: sends it (replica recovery), and is removed once that set is written.
+RECEIVED_PLACEHOLDER = "received-from-peer.ckpt"
 
 
 class CheckpointSetError(ValueError):

@@ -103,6 +103,27 @@ def init_restart_safe(backend: str, rank: int, world_size: int, timeout: timedel
     return True
 
 
+def exchange_before_group(key: str, value: int, timeout_s: float = 300.0) -> list[int] | None:
+    """Every rank's ``value`` for ``key``, in rank order, before the process group exists.
+
+    Under torchrun the agent's store is up before any worker starts, so ranks can agree on
+    something Lightning decides before it initialises the group (which checkpoint to resume).
+    Keys live under the restart attempt (like the group's). Returns ``None`` outside torchrun
+    (Lightning's own launcher creates the store with the group) and once a group exists (use a
+    collective then)."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true" or is_initialized():
+        return None
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    store = dist.PrefixStore(f"lightning_granndis/attempt_{attempt}/exchange/{key}", store)
+    store.set(str(rank), str(int(value)))
+    store.wait([str(r) for r in range(world_size)])
+    return [int(store.get(str(r))) for r in range(world_size)]
+
+
 def destroy() -> None:
     if is_initialized():
         dist.destroy_process_group()

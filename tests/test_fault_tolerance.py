@@ -109,20 +109,25 @@ def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path,
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
 
 
-@pytest.mark.parametrize("how, server1_resumes", [
-    # server 1 (ranks 2, 3) loses its memory with rank 2: it receives server 0's step-6 snapshot
-    ("replica_lost", "shm/server1/epoch=1-step=6.ckpt"),
-    # no server keeps a snapshot: the disk checkpoint of step 4 (disk every 4 steps here)
-    ("replica_none", "checkpoints/epoch=0-step=4.ckpt"),
+@pytest.mark.parametrize("how, kill_step, server0_resumes, server1_resumes", [
+    # rank 2 killed after step 3, before the first disk checkpoint (every 4 steps here), and
+    # server 1 (ranks 2, 3) loses its memory with it: it holds nothing at all, yet every rank
+    # resumes from server 0's step-2 snapshot, which server 1 receives (the disk: from scratch)
+    ("replica_lost", 3, "shm/server0/epoch=0-step=2.ckpt", "shm/server1/epoch=0-step=2.ckpt"),
+    # rank 2 killed after step 7 and no server keeps a snapshot: the disk checkpoint of step 4
+    ("replica_none", 7, "checkpoints/epoch=0-step=4.ckpt", "checkpoints/epoch=0-step=4.ckpt"),
 ])
-def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninterrupted, how, server1_resumes):
-    # rank 2 killed after step 7; snapshots every step, disk checkpoints every 4
-    launch("ddp", tmp_path, kill_step=7, kill_rank=2, how=how)
+def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninterrupted, how, kill_step,
+                                                              server0_resumes, server1_resumes):
+    launch("ddp", tmp_path, kill_step=kill_step, kill_rank=2, how=how)  # snapshots every step
     assert restarts(tmp_path) == 1
     resumed = {r: (tmp_path / f"resumed_from.{r}").read_text() for r in range(4)}
-    server0_resumes = "shm/server0/epoch=1-step=6.ckpt" if how == "replica_lost" else server1_resumes
     assert all(resumed[r].endswith(server0_resumes) for r in (0, 1)), resumed
     assert all(resumed[r].endswith(server1_resumes) for r in (2, 3)), resumed
+    # memory holds one snapshot per server at the end (resumed-from ones and placeholders go)
+    for server in ("server0", "server1"):
+        if how == "replica_lost":
+            assert [p.name for p in (tmp_path / "shm" / server).glob("*.ckpt")] == ["epoch=1-step=8.ckpt"]
     for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
         for key in mine:
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key

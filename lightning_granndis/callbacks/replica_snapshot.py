@@ -10,7 +10,9 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
+from lightning_granndis import comm
 from lightning_granndis.callbacks.resumable_checkpoint import ResumableCheckpoint
+from lightning_granndis.checkpoint_sets import RECEIVED_PLACEHOLDER, read_set, uncommit
 
 
 class ReplicaSnapshot(ResumableCheckpoint):
@@ -44,6 +46,7 @@ class ReplicaSnapshot(ResumableCheckpoint):
     def __init__(self, dirpath: str, every_n_train_steps: int = 1) -> None:
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, keep=1, checksum=False)
         self.base = Path(dirpath)
+        self._resumes: bool | None = None  # what ckpt_path="last" chose here (None: not asked)
 
     @property
     @override
@@ -74,16 +77,58 @@ class ReplicaSnapshot(ResumableCheckpoint):
         super().setup(trainer, pl_module, stage)
         self.dirpath = str(self.server_folder(trainer))
         trainer.strategy.replica_folder = self.dirpath  # where a lost server receives a peer's snapshot
+        if stage == "fit" and comm.is_initialized():
+            self._check_every_rank_resumes()
 
     @override
     def _find_last_checkpoints(self, trainer: pl.Trainer) -> set[str]:
         self.dirpath = str(self.server_folder(trainer))
-        return super()._find_last_checkpoints(trainer)
+        found = super()._find_last_checkpoints(trainer)
+        step = read_set(next(iter(found)))[0].step if found else -1
+        # Ranks choose before the process group exists, each from its own server's memory. A rank
+        # that found nothing would skip loading (and the collectives of the ranks that resume): it
+        # resumes too, from the snapshot its server then receives (the strategy's load_checkpoint).
+        steps = comm.exchange_before_group("replica_snapshot_newest_step", step)
+        if not found and steps is not None and max(steps) >= 0:
+            # Lightning resumes from the newest existing file among the callbacks' candidates: an
+            # empty placeholder, made now, stands for the snapshot this server will receive
+            placeholder = Path(self.dirpath) / RECEIVED_PLACEHOLDER
+            placeholder.parent.mkdir(parents=True, exist_ok=True)
+            placeholder.touch()
+            found = {str(placeholder)}
+        self._resumes = bool(found)
+        return found
+
+    def _check_every_rank_resumes(self) -> None:
+        """Outside torchrun the ranks cannot agree before the group exists: a rank that found
+        nothing to resume from would start afresh beside ranks that resume (and the run would hang
+        in mismatched collectives). Every rank says so instead."""
+        resuming = comm.gather_objects(self._resumes)
+        if None in resuming or all(resuming) or not any(resuming):
+            return
+        fresh = [rank for rank, has in enumerate(resuming) if not has]
+        raise RuntimeError(
+            f"ReplicaSnapshot: ranks {fresh} found no snapshot or checkpoint to resume from while the others "
+            "resume: their servers lost their snapshots. Launch with torchrun (the ranks then agree before "
+            "starting and those servers receive a peer's snapshot), or resume every rank from one checkpoint "
+            "(ckpt_path=...)."
+        )
 
     @override
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         with trainer.strategy.writing_on_every_server():
             super()._save_checkpoint(trainer, filepath)
+            if trainer.strategy.writes_checkpoint_files:
+                self._drop_older_snapshots(Path(filepath))
+
+    @staticmethod
+    def _drop_older_snapshots(newest: Path) -> None:
+        """Memory holds one snapshot: the one a restart resumed from (which its own saved state
+        does not list, so Lightning never removes it) and a received placeholder go too."""
+        for path in newest.parent.glob("*.ckpt"):
+            if path != newest:
+                uncommit(path)  # the record first: a half-removed set is never complete
+                path.unlink(missing_ok=True)
 
     @override
     def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:

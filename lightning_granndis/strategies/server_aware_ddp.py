@@ -303,6 +303,9 @@ class ServerAwareDDPStrategy(DDPStrategy):
                 log.warning(f"lightning_granndis: server {self.topology.server_of(self.global_rank)} had a checkpoint "
                             f"of step {mine} only; it resumes from rank {source}'s replica snapshot of step {best}.")
         comm.barrier()  # every server's head has written it
+        placeholder = Path(checkpoint_path).name == checkpoint_sets.RECEIVED_PLACEHOLDER
+        if placeholder and self.topology is not None and self.topology.is_head(self.global_rank):
+            Path(checkpoint_path).unlink(missing_ok=True)  # it stood for the set just received
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
         if trainer is not None and mine != best:  # trainer.ckpt_path says what was resumed
             trainer._checkpoint_connector._ckpt_path = target
