@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/pipe_bd.py --epochs 10
 	$(BIN)/python benchmarks/vrd.py --epochs 10
+	$(BIN)/python benchmarks/faults.py
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb
