@@ -416,7 +416,12 @@ class FailureWatch:
         return self
 
     def stop(self) -> None:
+        # joined, not left running: a daemon thread still inside a store call when the interpreter
+        # exits is ended mid-C++ and aborts the process ("terminate called without an active exception")
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+        self._thread = None
 
     def _run(self, store) -> None:
         heartbeat, last_beat = _HEARTBEAT_KEY.format(get_rank()), 0.0

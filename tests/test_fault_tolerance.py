@@ -19,12 +19,13 @@ from lightning_granndis.checkpoint_sets import CheckpointSetError, commit_set, n
 
 def launch(family: str, out: Path, kill_step: int = -1, kill_rank: int = 1, slow_save: float = 0.0,
            how: str = "kill", timeout: float = 420, plan: list[dict] | None = None,
-           steps: int = 8) -> subprocess.CompletedProcess:
+           steps: int = 8, every: int = 2, snapshots: bool = False) -> subprocess.CompletedProcess:
     """One torchrun launch of tests/scripts/fault_train.py: one fault (``kill_step``...), or with
-    ``plan`` one fault per attempt (checkpoints every 2 steps, ``steps`` steps)."""
+    ``plan`` one fault per attempt (disk checkpoints every ``every`` steps, ``steps`` steps, with
+    ``snapshots`` a ReplicaSnapshot every step)."""
     env = child_env()
     if plan is not None:
-        env.update(FAULT_PLAN=json.dumps(plan), FAULT_STEPS=str(steps), FAULT_EVERY="2", FAULT_SNAPSHOTS="0")
+        env.update(plan_env(plan, steps, every, snapshots))
     restarts_allowed = max(2, len(plan or []))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4", f"--max-restarts={restarts_allowed}",
            "--monitor-interval=0.5", "--master-addr=127.0.0.1", f"--master-port={free_port()}",
@@ -32,6 +33,30 @@ def launch(family: str, out: Path, kill_step: int = -1, kill_rank: int = 1, slow
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
+
+
+def plan_env(plan: list[dict], steps: int, every: int, snapshots: bool) -> dict[str, str]:
+    return {"FAULT_PLAN": json.dumps(plan), "FAULT_STEPS": str(steps), "FAULT_EVERY": str(every),
+            "FAULT_SNAPSHOTS": str(int(snapshots))}
+
+
+def launch_without_torchrun(out: Path, steps: int, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """The ddp worker's 4 ranks started by hand, as a cluster scheduler (or Lightning's own
+    launcher) starts them: the process group is the first store the ranks share."""
+    port, ranks = free_port(), []
+    for rank in range(4):
+        env = child_env(RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0", WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        **plan_env([], steps, every=4, snapshots=True))
+        for key in ("TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID"):
+            env.pop(key, None)
+        ranks.append(subprocess.Popen([sys.executable, str(SCRIPTS / "fault_train.py"), "ddp", str(out)], env=env,
+                                      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    done = []
+    for rank, proc in enumerate(ranks):
+        stdout, stderr = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    return done
 
 
 def restarts(out: Path) -> int:
@@ -129,6 +154,38 @@ def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninter
         if how == "replica_lost":
             assert [p.name for p in (tmp_path / "shm" / server).glob("*.ckpt")] == ["epoch=1-step=8.ckpt"]
     for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
+        for key in mine:
+            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+
+
+def test_replica_recovery_without_torchrun_resumes_from_disk_or_names_the_ranks_with_nothing(tmp_path,
+                                                                                            uninterrupted):
+    """Outside torchrun the ranks choose what to resume before they share any store. A server that
+    lost its memory but finds the disk checkpoint resumes, and receives the newer snapshot; a
+    server that finds nothing at all stops every rank with an error naming its ranks."""
+    import shutil
+
+    # 6 of the 8 steps: disk checkpoint at step 4, each server's snapshot at step 6
+    launch("ddp", tmp_path / "run", plan=[], steps=6, every=4, snapshots=True)
+    nothing = tmp_path / "nothing"
+    shutil.copytree(tmp_path / "run", nothing)
+    for run in (tmp_path / "run", nothing):
+        shutil.rmtree(run / "shm" / "server1")  # server 1 (ranks 2, 3) replaced: its memory is gone
+    shutil.rmtree(nothing / "checkpoints")
+
+    failed = launch_without_torchrun(nothing, steps=8)
+    for rank, proc in enumerate(failed):
+        assert proc.returncode != 0, (rank, proc.stderr[-3000:])
+        assert "ranks [2, 3] found no snapshot or checkpoint to resume from" in proc.stderr, (rank, proc.stderr[-3000:])
+
+    resumed = launch_without_torchrun(tmp_path / "run", steps=8)
+    assert all(proc.returncode == 0 for proc in resumed), [proc.stderr[-3000:] for proc in resumed]
+    # ranks 2, 3 chose the step-4 disk checkpoint; the ranks agreed on step 6 and server 1 received it
+    resumed_from = {r: (tmp_path / "run" / f"resumed_from.{r}").read_text() for r in range(4)}
+    assert all(resumed_from[r].endswith(f"shm/server{r // 2}/epoch=1-step=6.ckpt") for r in range(4)), resumed_from
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert [e["resumed_step"] for e in events if e["event"] == "first_step"] == [0, 6]
+    for mine, theirs in zip(finals(tmp_path / "run", "ddp"), uninterrupted["ddp"]):
         for key in mine:
             assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
 

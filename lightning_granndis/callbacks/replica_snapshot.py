@@ -46,7 +46,6 @@ class ReplicaSnapshot(ResumableCheckpoint):
     def __init__(self, dirpath: str, every_n_train_steps: int = 1) -> None:
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, keep=1, checksum=False)
         self.base = Path(dirpath)
-        self._resumes: bool | None = None  # what ckpt_path="last" chose here (None: not asked)
 
     @property
     @override
@@ -78,7 +77,7 @@ class ReplicaSnapshot(ResumableCheckpoint):
         self.dirpath = str(self.server_folder(trainer))
         trainer.strategy.replica_folder = self.dirpath  # where a lost server receives a peer's snapshot
         if stage == "fit" and comm.is_initialized():
-            self._check_every_rank_resumes()
+            self._check_every_rank_resumes(trainer)
 
     @override
     def _find_last_checkpoints(self, trainer: pl.Trainer) -> set[str]:
@@ -96,14 +95,19 @@ class ReplicaSnapshot(ResumableCheckpoint):
             placeholder.parent.mkdir(parents=True, exist_ok=True)
             placeholder.touch()
             found = {str(placeholder)}
-        self._resumes = bool(found)
+        self.resume_candidates = found
         return found
 
-    def _check_every_rank_resumes(self) -> None:
+    @staticmethod
+    def _check_every_rank_resumes(trainer: pl.Trainer) -> None:
         """Outside torchrun the ranks cannot agree before the group exists: a rank that found
-        nothing to resume from would start afresh beside ranks that resume (and the run would hang
-        in mismatched collectives). Every rank says so instead."""
-        resuming = comm.gather_objects(self._resumes)
+        nothing to resume from (no snapshot in its server's memory, no disk checkpoint) would start
+        afresh beside ranks that resume, and the run would hang in mismatched collectives. Every
+        rank says so instead. (A rank that found only a disk checkpoint resumes: the ranks then
+        agree on the newest step and its server receives that snapshot.)"""
+        asked = [cb.resume_candidates for cb in trainer.checkpoint_callbacks
+                 if isinstance(cb, ResumableCheckpoint) and cb.resume_candidates is not None]
+        resuming = comm.gather_objects(any(asked) if asked else None)  # None: ckpt_path="last" not asked
         if None in resuming or all(resuming) or not any(resuming):
             return
         fresh = [rank for rank, has in enumerate(resuming) if not has]

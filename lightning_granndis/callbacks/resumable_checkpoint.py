@@ -47,6 +47,7 @@ class ResumableCheckpoint(ModelCheckpoint):
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, every_n_epochs=every_n_epochs,
                          save_top_k=keep, monitor="step", mode="max", **kwargs)
         self.checksum = checksum
+        self.resume_candidates: set[str] | None = None  # what ckpt_path="last" found here (None: not asked)
 
     @property
     @override
@@ -59,4 +60,5 @@ class ResumableCheckpoint(ModelCheckpoint):
         found, skipped = newest_complete(self.dirpath, checksum=self.checksum)
         for checkpoint, reason in skipped:
             rank_zero_warn(f"ResumableCheckpoint: not resuming from {checkpoint}: {reason}")
-        return {str(found.checkpoint)} if found is not None else set()
+        self.resume_candidates = {str(found.checkpoint)} if found is not None else set()
+        return self.resume_candidates
