@@ -31,6 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -122,6 +123,41 @@ def exchange_before_group(key: str, value: int, timeout_s: float = 300.0) -> lis
     store.set(str(rank), str(int(value)))
     store.wait([str(r) for r in range(world_size)])
     return [int(store.get(str(r))) for r in range(world_size)]
+
+
+@dataclass
+class ServerGroups:
+    """Process groups of a :class:`ServerTopology`: one per server, plus the server heads."""
+
+    intra: list
+    heads: object
+
+    def intra_of(self, topology: ServerTopology, rank: int):
+        return self.intra[topology.server_of(rank)]
+
+
+def server_groups(topology: ServerTopology) -> ServerGroups:
+    """The intra-server groups and the heads group of ``topology``, created once (cached on it).
+
+    Collective: every rank calls it, in the same order as any other group creation."""
+    if "server" not in topology.process_groups:
+        intra = [new_group(topology.ranks_of(s)) for s in range(topology.servers)]
+        heads = new_group(topology.heads)
+        topology.process_groups["server"] = ServerGroups(intra=intra, heads=heads)
+    return topology.process_groups["server"]
+
+
+def topology_group(topology: ServerTopology, ranks: Sequence[int]):
+    """The process group over ``ranks`` of ``topology``, created once (cached on it): per-stage,
+    data-parallel and other groups. Collective like ``dist.new_group``: every rank calls it with
+    the same ``ranks`` in the same order, also the ranks not in the group."""
+    key = tuple(sorted(ranks))
+    for r in key:
+        topology.check_rank(r)
+    cache = topology.process_groups.setdefault("custom", {})
+    if key not in cache:
+        cache[key] = new_group(list(key))
+    return cache[key]
 
 
 def destroy() -> None:

@@ -41,7 +41,9 @@ class ServerTopology:
     world_size: int
     servers: int = 1
     nodes: int = 1
-    _groups: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # the process groups made for this topology, filled by comm.server_groups / comm.topology_group
+    # (this module describes ranks and never touches torch.distributed)
+    process_groups: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -84,12 +86,12 @@ class ServerTopology:
         return self.world_size // self.servers
 
     def server_of(self, rank: int) -> int:
-        self._check(rank)
+        self.check_rank(rank)
         return rank // self.devices_per_server
 
     def slot_of(self, rank: int) -> int:
         """The rank's position inside its server, ``0 .. devices_per_server - 1``."""
-        self._check(rank)
+        self.check_rank(rank)
         return rank % self.devices_per_server
 
     def head_of(self, server: int) -> int:
@@ -120,51 +122,9 @@ class ServerTopology:
             f"device{'s' if self.devices_per_server != 1 else ''} ({self.world_size} ranks)"
         )
 
-    # ------------------------------------------------------------------ process groups
-    def build_groups(self) -> "ServerGroups":
-        """Creates the intra-server groups and the heads group, once.
-
-        Collective: every rank must call it, in the same order as any other group creation.
-        """
-        if "server" not in self._groups:
-            from lightning_granndis import comm
-
-            intra = [comm.new_group(self.ranks_of(s)) for s in range(self.servers)]
-            heads = comm.new_group(self.heads)
-            self._groups["server"] = ServerGroups(intra=intra, heads=heads)
-        return self._groups["server"]
-
-    def group(self, ranks: list[int] | tuple[int, ...]):
-        """Returns (creating once) the process group over ``ranks``.
-
-        The one helper through which later strategies get their groups (per-stage, data-parallel,
-        …). Collective like ``torch.distributed.new_group``: every rank calls it with the same
-        ``ranks`` in the same order, also the ranks not in the group.
-        """
-        key = tuple(sorted(ranks))
-        for r in key:
-            self._check(r)
-        cache = self._groups.setdefault("custom", {})
-        if key not in cache:
-            from lightning_granndis import comm
-
-            cache[key] = comm.new_group(list(key))
-        return cache[key]
-
-    def _check(self, rank: int) -> None:
+    def check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} is outside a world of {self.world_size} ranks.")
-
-
-@dataclass
-class ServerGroups:
-    """Process groups of a :class:`ServerTopology`: one per server, plus the server heads."""
-
-    intra: list
-    heads: object
-
-    def intra_of(self, topology: ServerTopology, rank: int):
-        return self.intra[topology.server_of(rank)]
 
 
 def _divisors(n: int) -> list[int]:

@@ -174,14 +174,14 @@ def build_layout(module, topology: ServerTopology, stages: int, balance: Sequenc
     shared = {pid: tuple(sorted(s)) for pid, s in holders.items() if len(s) > 1}
     layout = PipelineLayout(plan, placement, replica, stage, len(blocks), shared)
     # Groups: collective, created in the same order on every rank.
-    chains = [topology.group(chain) for chain in placement.ranks]
+    chains = [comm.topology_group(topology, chain) for chain in placement.ranks]
     layout.chain_group = chains[replica]
-    dp_groups = [topology.group([chain[s] for chain in placement.ranks]) for s in range(stages)]
+    dp_groups = [comm.topology_group(topology, [chain[s] for chain in placement.ranks]) for s in range(stages)]
     layout.dp_group = dp_groups[stage]
     holder_stages = sorted({s for stages_ in shared.values() for s in stages_})
     if holder_stages:
-        layout.shared_group_all = topology.group([chain[s] for chain in placement.ranks for s in holder_stages])
-        per_replica = [topology.group([chain[s] for s in holder_stages]) for chain in placement.ranks]
+        layout.shared_group_all = comm.topology_group(topology, [chain[s] for chain in placement.ranks for s in holder_stages])
+        per_replica = [comm.topology_group(topology, [chain[s] for s in holder_stages]) for chain in placement.ranks]
         layout.shared_group_replica = per_replica[replica]
     # Keep this stage's blocks; the others become placeholders without parameters.
     owned = set(plan.blocks(stage))

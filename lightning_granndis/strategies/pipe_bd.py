@@ -136,7 +136,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             setup_comm.broadcast(tensor.data, src=0, purpose="other")
         self.schedule = self._resolve_schedule(trainer, module)
         for k in range(self.schedule.num_stages):  # collective: every rank creates every stage's group
-            self.topology.group(self.schedule.ranks_of(k))
+            comm.topology_group(self.topology, self.schedule.ranks_of(k))
         self.runner = BlockwiseRunner(list(module.teacher), list(module.student), module.block_loss, self.schedule,
                                       self.mode, self.global_rank, self.comm, self.root_device, self.max_inflight)
         module._distill_runner = self.runner
@@ -245,7 +245,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        group = self.topology.group(self.schedule.ranks_of(self.runner.stage))
+        group = comm.topology_group(self.topology, self.schedule.ranks_of(self.runner.stage))
         all_reduce_flat([p.grad for p in params], self.comm, group, self.runner.width, "grad_sync")
 
     def sync_student(self) -> None:

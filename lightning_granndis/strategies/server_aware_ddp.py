@@ -144,7 +144,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.num_processes)))
         super().setup_environment()
         self.topology = self.build_topology()
-        self.topology.build_groups()
+        comm.server_groups(self.topology)
         if self._link_model.reference is not None:
             self._link_model = self._link_model.resolve_reference(self._rank_speed(self._link_model.reference_by))
         self.comm = comm.Communicator(self.topology, self._link_model, emulate=self.emulate)
@@ -340,7 +340,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         if not self.hierarchical or topo.servers == 1 or topo.devices_per_server == 1:
             self.comm.all_reduce(buffer, "grad_sync")
             return buffer
-        groups = topo.build_groups()
+        groups = comm.server_groups(topo)
         rank = self.global_rank
         head = topo.head_of(topo.server_of(rank))
         intra = groups.intra_of(topo, rank)

@@ -18,7 +18,7 @@ comm.init_from_env("gloo")
 torch.set_num_threads(1)
 rank = comm.get_rank()
 topo = ServerTopology.from_env(servers=2)
-groups = topo.build_groups()
+groups = comm.server_groups(topo)
 # A slow made-up cluster so that emulated delays are long enough to measure.
 slow = LinkModel.custom(intra_gbps=8.0, inter_gbps=0.008, intra_latency_us=1.0, inter_latency_us=2000.0, name="slow")
 c = comm.Communicator(topo, slow, emulate=False)

@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import torch
 
 import lightning_granndis  # noqa: F401
+from lightning_granndis import comm
 from lightning_granndis.datamodules import DigitsDataModule
 from lightning_granndis.models import MLPClassifier
 from lightning_granndis.topology import ServerTopology
@@ -28,7 +29,7 @@ trainer.fit(MLPClassifier(hidden=[16]), datamodule=DigitsDataModule(batch_size=8
 strategy = trainer.strategy
 topo = strategy.topology
 rank = trainer.global_rank
-groups = topo.build_groups()
+groups = comm.server_groups(topo)
 probe = torch.tensor([float(rank)])
 strategy.comm.all_reduce(probe, "other", group=groups.intra_of(topo, rank))
 record = {
@@ -45,7 +46,5 @@ record = {
 (out / f"rank{rank}.json").write_text(json.dumps(record))
 
 # Leave the process group cleanly: a rank torn down at interpreter exit can abort (seen on busy CI).
-from lightning_granndis import comm as _comm  # noqa: E402
-
-_comm.barrier()
-_comm.destroy()
+comm.barrier()
+comm.destroy()
