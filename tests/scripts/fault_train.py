@@ -150,9 +150,12 @@ def build():
                 return DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=8)
 
         model = GPT(vocab_size=64, block_size=16, hidden=32, layers=2, heads=2, dropout=0.1, lr_schedule="constant")
-        # 2 stages x 2 replicas; compressed backward with error feedback (its residuals resume too)
+        # 2 stages x 2 replicas; compressed backward with error feedback (its residuals resume too).
+        # A fixed split: a profiled one can differ between two independent runs on a busy machine
+        # (moving the compressed boundary), and the faulted run is compared with a separate
+        # uninterrupted one. (A resume keeps its checkpoint's split; tested in test_optimus_cc.)
         return model, CompressedPipelineStrategy(stages=2, microbatches=2, servers=2, link_model="10gbe",
-                                                 compress_backward=True, rank=4), Tokens()
+                                                 compress_backward=True, rank=4, balance=[2, 2]), Tokens()
     if family == "pipe_bd":
         sys.path.insert(0, str(Path(__file__).parent))
         from distill_toy import ToyData, ToyDistillation
