@@ -69,6 +69,15 @@ def finals(out: Path, family: str) -> list[dict]:
     return [torch.load(out / "final.pt")]
 
 
+def assert_same_parameters(mine: list[dict], theirs: list[dict]) -> None:
+    """Each rank's (or the run's) final parameters equal the reference run's."""
+    assert len(mine) == len(theirs)
+    for state, reference in zip(mine, theirs):
+        assert state.keys() == reference.keys()
+        for key in state:
+            assert torch.allclose(state[key].float(), reference[key].float(), atol=1e-6), key
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     runs = {}
@@ -87,10 +96,7 @@ def test_a_killed_worker_resumes_and_ends_as_the_uninterrupted_run(tmp_path, uni
     assert restarts(tmp_path) == 1
     assert "step=6.ckpt" in (tmp_path / "resumed_from").read_text()
     assert all((tmp_path / f"steps.{r}").read_text() == "8" for r in range(4))
-    for mine, theirs in zip(finals(tmp_path, family), uninterrupted[family]):
-        assert mine.keys() == theirs.keys()
-        for key in mine:
-            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), (family, key)
+    assert_same_parameters(finals(tmp_path, family), uninterrupted[family])
 
 
 def test_repeated_kills_resume_from_checkpoints_that_resumed_runs_wrote(tmp_path, uninterrupted):
@@ -104,9 +110,7 @@ def test_repeated_kills_resume_from_checkpoints_that_resumed_runs_wrote(tmp_path
     events = [json.loads(line) for line in (tmp_path / "faults" / "events.jsonl").read_text().splitlines()]
     assert [e["resumed_step"] for e in events if e["event"] == "first_step"] == [0, 4, 8, 10]
     assert restarts(tmp_path / "faults") == 3
-    mine, theirs = finals(tmp_path / "faults", "ddp")[0], finals(tmp_path / "reference", "ddp")[0]
-    for key in mine:
-        assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+    assert_same_parameters(finals(tmp_path / "faults", "ddp"), finals(tmp_path / "reference", "ddp"))
 
 
 def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, uninterrupted):
@@ -115,9 +119,7 @@ def test_a_kill_while_a_set_is_written_resumes_from_the_previous_set(tmp_path, u
     launch("pipeline", tmp_path, kill_step=6, kill_rank=0, slow_save=1.0)
     assert restarts(tmp_path) == 1
     assert "step=4.ckpt" in (tmp_path / "resumed_from").read_text()
-    for mine, theirs in zip(finals(tmp_path, "pipeline"), uninterrupted["pipeline"]):
-        for key in mine:
-            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+    assert_same_parameters(finals(tmp_path, "pipeline"), uninterrupted["pipeline"])
 
 
 def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path, uninterrupted):
@@ -129,9 +131,7 @@ def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path,
     assert proc.stderr.count("rank 1 of 4 stopped answering") == 3, proc.stderr[-6000:]
     assert proc.stderr.count("stopped answering") == 3, proc.stderr[-6000:]
     assert "step=6.ckpt" in (tmp_path / "resumed_from").read_text()
-    for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
-        for key in mine:
-            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+    assert_same_parameters(finals(tmp_path, "ddp"), uninterrupted["ddp"])
 
 
 @pytest.mark.parametrize("how, kill_step, server0_resumes, server1_resumes", [
@@ -153,9 +153,7 @@ def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninter
     for server in ("server0", "server1"):
         if how == "replica_lost":
             assert [p.name for p in (tmp_path / "shm" / server).glob("*.ckpt")] == ["epoch=1-step=8.ckpt"]
-    for mine, theirs in zip(finals(tmp_path, "ddp"), uninterrupted["ddp"]):
-        for key in mine:
-            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+    assert_same_parameters(finals(tmp_path, "ddp"), uninterrupted["ddp"])
 
 
 def test_replica_recovery_without_torchrun_resumes_from_disk_or_names_the_ranks_with_nothing(tmp_path,
@@ -185,9 +183,7 @@ def test_replica_recovery_without_torchrun_resumes_from_disk_or_names_the_ranks_
     assert all(resumed_from[r].endswith(f"shm/server{r // 2}/epoch=1-step=6.ckpt") for r in range(4)), resumed_from
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert [e["resumed_step"] for e in events if e["event"] == "first_step"] == [0, 6]
-    for mine, theirs in zip(finals(tmp_path / "run", "ddp"), uninterrupted["ddp"]):
-        for key in mine:
-            assert torch.allclose(mine[key].float(), theirs[key].float(), atol=1e-6), key
+    assert_same_parameters(finals(tmp_path / "run", "ddp"), uninterrupted["ddp"])
 
 
 # ---------------------------------------------------------------------- sets, in one process

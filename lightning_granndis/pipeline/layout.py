@@ -180,7 +180,8 @@ def build_layout(module, topology: ServerTopology, stages: int, balance: Sequenc
     layout.dp_group = dp_groups[stage]
     holder_stages = sorted({s for stages_ in shared.values() for s in stages_})
     if holder_stages:
-        layout.shared_group_all = comm.topology_group(topology, [chain[s] for chain in placement.ranks for s in holder_stages])
+        every_holder = [chain[s] for chain in placement.ranks for s in holder_stages]
+        layout.shared_group_all = comm.topology_group(topology, every_holder)
         per_replica = [comm.topology_group(topology, [chain[s] for s in holder_stages]) for chain in placement.ranks]
         layout.shared_group_replica = per_replica[replica]
     # Keep this stage's blocks; the others become placeholders without parameters.

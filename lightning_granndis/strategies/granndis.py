@@ -214,7 +214,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         if mode == "minibatch":
             return None  # the rank's own mini-batch: BatchNorm1d as it is
         if mode == "cob":
-            group = comm.server_groups(self.topology).intra_of(self.topology, self.global_rank)
+            group = self._server_group()
             counted = torch.ones(graph.n_owned, dtype=torch.bool)
         else:
             group, counted = None, graph.seed
@@ -413,11 +413,15 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         return n / max(seconds, 1e-9)
 
     # ------------------------------------------------------------------ halo exchange
+    def _server_group(self):
+        """This rank's intra-server process group."""
+        return comm.server_groups(self.topology).intra_of(self.topology, self.global_rank)
+
     def _exchange(self, rows: torch.Tensor, graph: OneHopGraph) -> torch.Tensor:
         scope, purpose = graph.meta.get("scope", "intra"), graph.meta.get("purpose", "halo")
         if scope == "none":
             return rows[:0]
-        group = None if scope == "world" else comm.server_groups(self.topology).intra_of(self.topology, self.global_rank)
+        group = None if scope == "world" else self._server_group()
         if self.halo_bits is not None and purpose == "halo":
             return quantised_exchange(self.comm, rows, graph.send_splits, graph.recv_splits, self.halo_bits,
                                       purpose, group)
