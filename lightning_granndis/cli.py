@@ -199,7 +199,9 @@ def partition_main(argv: list[str]) -> int:
     parser.add_argument("--mode", required=True, choices=MODES,
                         help="GraNNDis mode, or full (gnn_fb_base) / minibatch (gnn_mb_base)")
     parser.add_argument("--hops", type=int, default=3, help="the model's message-passing layers (default 3)")
-    parser.add_argument("--fanout", type=int, default=None)
+    parser.add_argument("--fanout", type=_fanout_arg, default=None,
+                        help="EAS external fan-out: one int, or one per expansion hop as 15,10 (default 15); "
+                             "the sampled modes (cob, minibatch) read their fan-outs at run time")
     parser.add_argument("--eas-hops", type=int, default=1)
     parser.add_argument("--eas-sampling", default="degree", choices=["degree", "uniform"])
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -220,6 +222,12 @@ def partition_main(argv: list[str]) -> int:
           f"{total / 2**20:.1f} MiB in all, {manifest['partition_seconds']:.1f}s, peak RSS "
           f"{manifest['partition_peak_rss_mb']:.0f} MB", flush=True)
     return 0
+
+
+def _fanout_arg(text: str):
+    """``--fanout 15`` or ``--fanout 15,10,5`` (PyG's num_neighbors)."""
+    values = [int(v) for v in text.split(",")]
+    return values[0] if len(values) == 1 else values
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,9 +71,15 @@ def test_producer_stops_when_the_consumer_leaves_early():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out, root = tmp_path_factory.mktemp("sampling"), tmp_path_factory.mktemp("data")
+def sampling_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
     OGBNodeDataModule("synthetic-tiny", root=str(root)).prepare_data()
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, sampling_root):
+    out, root = tmp_path_factory.mktemp("sampling"), sampling_root
     torchrun("gnn_sampling.py", 4, str(out), str(root), ",".join(NAMES), timeout=600)
     return {name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in range(4)] for name in NAMES}
 
@@ -109,3 +115,44 @@ def test_resumed_from_epoch_checkpoint_equals_uninterrupted(runs, name):
 def test_producer_never_holds_more_than_its_depth(runs, name):
     for rank in runs[name]:
         assert 1 <= rank["first"]["high_water"] <= rank["first"]["depth"]
+
+
+@pytest.mark.parametrize("name", ["cob", "mb"])
+def test_at_most_depth_plus_one_batches_alive_per_rank(runs, name):
+    for rank in runs[name]:
+        assert 2 <= rank["first"]["most_held"] <= rank["first"]["depth"] + 1
+
+
+def _train_seeds(root) -> int:
+    dm = OGBNodeDataModule("synthetic-tiny", root=str(root))
+    dm.setup()
+    return int(dm.data.train_mask.sum())
+
+
+def test_minibatch_batches_are_batch_size_seeds_per_rank_as_pyg_ddp(runs, sampling_root):
+    n = _train_seeds(sampling_root)
+    ranks = runs["mb"]
+    batch = ranks[0]["first"]["batch_size"]
+    steps = -(-n // (4 * batch))
+    for epoch, sizes in ranks[0]["first"]["seeds"].items():
+        per_step = [sum(r["first"]["seeds"][epoch][k] for r in ranks) for k in range(len(sizes))]
+        assert len(sizes) == steps == ranks[0]["first"]["iterations"]
+        assert per_step == [min(4 * batch, n - 4 * batch * k) for k in range(steps)]
+        for r in ranks:  # every rank its batch_size, the last step dealt as DistributedSampler deals it
+            assert r["first"]["seeds"][epoch][:-1] == [batch] * (steps - 1)
+
+
+def test_co_batches_are_devices_times_batch_size_seeds_per_server(runs):
+    ranks = runs["cob"]
+    batch = ranks[0]["first"]["batch_size"]
+    for epoch in ranks[0]["first"]["seeds"]:
+        for server in (0, 1):
+            sizes = [a + b for a, b in zip(ranks[2 * server]["first"]["seeds"][epoch],
+                                           ranks[2 * server + 1]["first"]["seeds"][epoch])]
+            full = [s for s in sizes if s == 2 * batch]
+            assert sizes[: len(full)] == full and len(full) >= len(sizes) - 1  # only the last one is partial
+            assert 0 < sizes[-1] <= 2 * batch or server_ran_out(sizes)
+
+
+def server_ran_out(sizes) -> bool:
+    return sizes[-1] == 0

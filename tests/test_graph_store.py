@@ -80,7 +80,14 @@ def test_a_store_for_other_settings_is_refused_naming_each_difference(flx_store)
 
 def test_settings_a_mode_does_not_read_are_not_compared():
     assert store_params("flx", 2, 2, 3, fanout=7) == store_params("flx", 2, 2, 3, fanout=99)
-    assert store_params("cob", 2, 2, 3, fanout=7) != store_params("cob", 2, 2, 3, fanout=99)
+    assert store_params("eas", 2, 2, 3, fanout=7) != store_params("eas", 2, 2, 3, fanout=99)
+    # a sampled mode's store is its sampling source: fan-outs and batch sizes are read at run time
+    assert store_params("cob", 2, 2, 3, fanout=7, batch_size=8) == store_params("cob", 2, 2, 3, fanout=99)
+    assert store_params("minibatch", 2, 2, 3, batch_size=8) == store_params("minibatch", 2, 2, 3, batch_size=99)
+    # an EAS fan-out the same at every hop is stored as the int older stores hold
+    assert store_params("eas", 2, 2, 3, fanout=[5, 5], eas_hops=2) == store_params("eas", 2, 2, 3, fanout=5, eas_hops=2)
+    with pytest.raises(ValueError, match=r"has 3 entries but the expansion's hops \(eas_hops\) number 2"):
+        store_params("eas", 2, 2, 3, fanout=[5, 5, 5], eas_hops=2)
     with pytest.raises(ValueError, match="unknown mode 'flux'"):
         store_params("flux", 2, 2, 3)
 

@@ -8,7 +8,8 @@ the same seed and keeps its own part (the server's devices split it by a fixed M
 of the server's vertices), so the sampler costs no traffic.
 
 :class:`BoundedProducer` builds the next batch on a background thread while the current one
-trains; at most ``depth`` batches wait, so memory stays O(a few batches), never O(epoch).
+trains; at most ``depth`` batches wait and ``depth + 1`` exist at once (being built, waiting,
+fetched ahead by Lightning, training), so memory stays O(a few batches), never O(epoch).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
+from lightning_granndis.graph.batch_schedule import batch_bounds, dealt_to_rank, step_totals, steps_per_epoch
 from lightning_granndis.graph.one_hop import OneHopGraph, OneHopSplit
 from lightning_granndis.graph.server_subgraph import expansion_subgraph, sampled_subgraph
-from lightning_granndis.graph.store.shards import GraphPart, SamplingSource, chunk_sizes
+from lightning_granndis.graph.store.shards import GraphPart, SamplingSource
 
 
 def epoch_generator(seed: int, epoch: int, stream: int = 0, step: int = 0) -> torch.Generator:
@@ -55,18 +58,54 @@ def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torc
     return GraphPart(graph, None, source.y[owned], masks, degree, weight, gather=gather)
 
 
-def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, fanout: int,
-              hops: int, seed: int, epoch: int, start: int = 0) -> Iterator[GraphPart]:
-    """Cooperative Batching, one epoch: this device's part of every co-batch of its server, from
-    co-batch ``start`` on (a resumed epoch)."""
+@dataclass(frozen=True)
+class Batching:
+    """How an epoch's seeds are cut into steps (:mod:`~lightning_granndis.graph.batch_schedule`).
+
+    Attributes:
+        batch_size: seeds per rank per step (a CoB co-batch: devices x batch_size per server).
+        drop_last: full batches only.
+        iterations: cut every seed set into this many near-equal batches instead.
+    """
+
+    batch_size: int = 1024
+    drop_last: bool = False
+    iterations: int | None = None
+
+
+def cob_steps(source: SamplingSource, devices: int, batching: Batching) -> int:
+    """Steps of a CoB epoch: the same on every rank (from every server's seed count)."""
+    return steps_per_epoch(source.seed_counts, devices * batching.batch_size, batching.drop_last, batching.iterations)
+
+
+def minibatch_steps(source: SamplingSource, world_size: int, batching: Batching) -> int:
+    """Steps of an MB_base epoch: ``ceil(N / (P B))``, as PyG + DDP."""
+    return steps_per_epoch([sum(source.seed_counts)], world_size * batching.batch_size, batching.drop_last,
+                           batching.iterations)
+
+
+def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int,
+              fanouts: list[int], batching: Batching, seed: int, epoch: int, start: int = 0,
+              keep_inner: bool = False) -> Iterator[GraphPart]:
+    """Cooperative Batching, one epoch: this device's part of every co-batch of its server (``G``
+    x ``batch_size`` seeds), from co-batch ``start`` on (a resumed epoch). ``keep_inner``
+    (CoB-EAS): every edge among the server's inner vertices is kept, only the edges leaving the
+    server are sampled with ``fanouts``."""
+    hops = len(fanouts)
+    per_step = devices * batching.batch_size
+    steps = cob_steps(source, devices, batching)
     seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch, server))]
-    chunks = torch.tensor_split(seeds, source.iterations)
-    totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
-    for it, chunk in enumerate(chunks):
+    bounds = batch_bounds(seeds.numel(), per_step, steps, batching.iterations)
+    totals = step_totals(source.seed_counts, per_step, steps, batching.iterations)
+    inside = None
+    if keep_inner:
+        inside = torch.zeros(source.csr.num_nodes, dtype=torch.bool)
+        inside[source.inner] = True
+    for it, (lo, hi) in enumerate(bounds):
         if it < start:
             continue
         generator = epoch_generator(seed, epoch, server, step=it + 1)
-        sub = sampled_subgraph(source.csr, chunk, fanout, hops, generator=generator)
+        sub = sampled_subgraph(source.csr, seeds[lo:hi], fanouts, hops, generator=generator, inside=inside)
         graph = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
                             hops).graph(device)
         graph.meta.update(scope="intra", purpose="halo", server=server, iteration=it, epoch=epoch,
@@ -75,7 +114,7 @@ def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
 
 
 def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, eas_hops: int,
-              fanout: int, weighted: bool, seed: int, epoch: int) -> Iterator[GraphPart]:
+              fanout, weighted: bool, seed: int, epoch: int) -> Iterator[GraphPart]:
     """Expansion-aware Sampling redrawn for ``epoch`` (``resample="epoch"``): the server's inner
     graph whole, its expansion sampled afresh."""
     generator = epoch_generator(seed, epoch, server)
@@ -87,25 +126,29 @@ def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
     yield _part(source, graph, int(train.sum()) * world_size / max(1, sum(source.seed_counts)), train)
 
 
-def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanout: int, hops: int, seed: int,
-                    epoch: int, start: int = 0) -> Iterator[GraphPart]:
-    """MB_base, one epoch: the training seeds shuffled (the same permutation on every rank) and
-    dealt to the ranks; this rank's mini-batches with their sampled neighbourhoods, from batch
-    ``start`` on."""
-    order = torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch))
-    mine = torch.tensor_split(source.seeds[order], world_size)[rank]
-    totals = [sum(t) for t in zip(*(chunk_sizes(c, source.iterations) for c in source.seed_counts))]
-    for it, batch in enumerate(torch.tensor_split(mine, source.iterations)):
+def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanouts: list[int], batching: Batching,
+                    seed: int, epoch: int, start: int = 0) -> Iterator[GraphPart]:
+    """MB_base, one epoch, dealt as PyG + DDP deals it: the training seeds shuffled (the same
+    permutation on every rank), step ``k`` the permutation's ``k``-th global batch of ``P`` x
+    ``batch_size`` seeds, this rank every ``P``-th of them; its mini-batches with their sampled
+    neighbourhoods, from batch ``start`` on."""
+    hops = len(fanouts)
+    n = sum(source.seed_counts)
+    per_step = world_size * batching.batch_size
+    steps = minibatch_steps(source, world_size, batching)
+    order = source.seeds[torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch))]
+    bounds = batch_bounds(n, per_step, steps, batching.iterations)
+    for it, (lo, hi) in enumerate(bounds):
         if it < start:
             continue
+        batch = dealt_to_rank(order[lo:hi], rank, world_size)
         generator = epoch_generator(seed, epoch, 1 + rank, step=it + 1)
-        sub = sampled_subgraph(source.csr, batch, fanout, hops, generator=generator)
-        n = sub.num_nodes
-        graph = OneHopGraph(n_owned=n, n_id=sub.n_id, edge_index=sub.edge_index,
+        sub = sampled_subgraph(source.csr, batch, fanouts, hops, generator=generator)
+        graph = OneHopGraph(n_owned=sub.num_nodes, n_id=sub.n_id, edge_index=sub.edge_index,
                             send_index=torch.empty(0, dtype=torch.long), send_splits=[0] * world_size,
                             recv_splits=[0] * world_size, hop=sub.hop, seed=sub.seed, exact_hops=hops,
                             meta={"scope": "none", "purpose": "halo", "iteration": it, "epoch": epoch})
-        part = _part(source, graph, int(sub.seed.sum()) * world_size / max(1, totals[it]))
+        part = _part(source, graph, int(sub.seed.sum()) * world_size / max(1, hi - lo))
         part.graph.meta["owner"] = source.owner[part.graph.n_id]
         yield part
 
@@ -113,28 +156,55 @@ def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanout: 
 class BoundedProducer:
     """Runs ``make()`` (a generator of items) on a background thread, at most ``depth`` items
     ahead of the consumer. Iterate it once; an exception in the producer re-raises in the
-    consumer. ``high_water`` records the most items that ever waited."""
+    consumer. ``high_water`` records the most items that ever waited.
+
+    With ``alive``, at most that many items exist at once, counting those the consumer still
+    uses: the producer starts an item only after the consumer has called :meth:`done` on enough
+    earlier ones (a training loop that fetches one batch ahead holds two; ``alive = depth + 1``
+    bounds a rank's sampled batches, being built, waiting, fetched ahead and training, to that)."""
 
     _DONE = object()
 
-    def __init__(self, make: Callable[[], Iterator], depth: int = 2) -> None:
+    def __init__(self, make: Callable[[], Iterator], depth: int = 2, alive: int | None = None) -> None:
         if depth < 1:
             raise ValueError(f"the producer's depth must be at least 1, got {depth}.")
+        if alive is not None and alive < 2:
+            raise ValueError(f"alive must be at least 2 (the batch training and the one fetched ahead), got {alive}.")
         self.depth, self.high_water = depth, 0
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._tokens = threading.Semaphore(alive) if alive is not None else None
         self._thread = threading.Thread(target=self._run, args=(make,), daemon=True, name="granndis-sampler")
         self._thread.start()
 
     def _run(self, make) -> None:
         try:
-            for item in make():
+            items = iter(make())
+            while True:
+                if not self._acquire():
+                    return
+                try:
+                    item = next(items)
+                except StopIteration:
+                    break
                 if not self._put(item):
                     return
         except BaseException as error:  # handed to the consumer
             self._put(error)
             return
         self._put(self._DONE)
+
+    def _acquire(self) -> bool:
+        while self._tokens is not None and not self._stop.is_set():
+            if self._tokens.acquire(timeout=0.1):
+                return True
+        return not self._stop.is_set()
+
+    def done(self, count: int = 1) -> None:
+        """The consumer has finished with ``count`` items: as many new ones may be started."""
+        if self._tokens is not None:
+            for _ in range(count):
+                self._tokens.release()
 
     def _put(self, item) -> bool:
         while not self._stop.is_set():

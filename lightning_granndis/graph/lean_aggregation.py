@@ -90,18 +90,24 @@ class SparseAggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: LeanAdjacency, mean: bool, *xs: torch.Tensor) -> torch.Tensor:
         ctx.graph, ctx.mean = graph, mean
+        # mixed precision: the sparse kernels take no bfloat16/float16 (sparse_mm_reduce refuses
+        # them), so a half-precision input is summed in the adjacency's float32, as autocast
+        # accumulates a matmul, and the result handed back in the input's dtype
+        ctx.dtypes = [x.dtype for x in xs]
         out = None
         for adj, x in zip(graph.blocks, xs):
-            part = _mm(adj, x.contiguous())
+            part = _mm(adj, x.to(adj.dtype).contiguous())
             out = part if out is None else out.add_(part)
-        return out.div_(graph.degree) if mean else out
+        out = out.div_(graph.degree) if mean else out
+        return out.to(xs[0].dtype)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         graph = ctx.graph
+        grad = grad.to(graph.degree.dtype)
         grad = grad / graph.degree if ctx.mean else grad.contiguous()
-        grads = [_mm(adj_t, grad) if needed else None
-                 for adj_t, needed in zip(graph.blocks_t, ctx.needs_input_grad[2:])]
+        grads = [_mm(adj_t, grad).to(dtype) if needed else None
+                 for adj_t, dtype, needed in zip(graph.blocks_t, ctx.dtypes, ctx.needs_input_grad[2:])]
         return (None, None, *grads)
 
 

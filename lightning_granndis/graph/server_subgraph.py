@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lightning_granndis.graph.fanouts import Fanout, resolve_fanouts
 from lightning_granndis.graph.preload import preload_dependencies
 from lightning_granndis.graph.sampling import CSRGraph, sample_subgraph
 
@@ -67,21 +68,23 @@ def expansion_subgraph(
     graph: CSRGraph,
     inner: torch.Tensor,
     hops: int = 1,
-    fanout: int = 15,
+    fanout: Fanout = 15,
     weighted: bool = True,
     generator: torch.Generator | None = None,
 ) -> ServerSubgraph:
     """Expansion-aware Sampling of ``inner``: all inner edges, sampled external expansion.
 
-    Each inner vertex keeps every inner in-neighbour and at most ``fanout`` external ones; each
-    external vertex within ``hops - 1`` hops keeps at most ``fanout`` new neighbours further out.
-    Every external vertex then also aggregates over all its in-neighbours that were selected.
+    Each inner vertex keeps every inner in-neighbour and at most ``fanout[0]`` external ones; each
+    external vertex ``h`` hops out (``h < hops``) keeps at most ``fanout[h]`` new neighbours
+    further out (an int: the same at every hop). Every external vertex then also aggregates over
+    all its in-neighbours that were selected.
     """
-    if hops < 1 or fanout < 1:
-        raise ValueError(f"expansion-aware sampling needs hops >= 1 and fanout >= 1, got hops={hops}, fanout={fanout}.")
+    if hops < 1:
+        raise ValueError(f"expansion-aware sampling needs eas_hops >= 1, got {hops}.")
+    fanouts = resolve_fanouts(fanout, hops, 15, "eas fanout", "the expansion's hops (eas_hops)")
     inside = torch.zeros(graph.num_nodes, dtype=torch.bool)
     inside[inner] = True
-    sub = sample_subgraph(graph, inner, [fanout] * hops, inside=inside, weighted=weighted, generator=generator)
+    sub = sample_subgraph(graph, inner, fanouts, inside=inside, weighted=weighted, generator=generator)
     n_id, hop = sub.n_id, sub.hop
     local = _local(n_id, graph.num_nodes)
     src, dst = sub.edge_index
@@ -95,14 +98,18 @@ def expansion_subgraph(
 def sampled_subgraph(
     graph: CSRGraph,
     seeds: torch.Tensor,
-    fanout: int,
+    fanout: Fanout,
     hops: int,
     weighted: bool = False,
     generator: torch.Generator | None = None,
+    inside: torch.Tensor | None = None,
 ) -> ServerSubgraph:
-    """A co-batch: ``seeds`` and their layer-wise sampled ``hops``-hop neighbourhood (``fanout``
-    per vertex per hop, ``-1`` = all), masked per layer like a stack of message-flow graphs."""
-    sub = sample_subgraph(graph, seeds, [fanout] * hops, weighted=weighted, generator=generator)
+    """A co-batch: ``seeds`` and their layer-wise sampled ``hops``-hop neighbourhood (``fanout``:
+    PyG's ``num_neighbors``, one entry per hop from the seeds out, or one int for every hop;
+    ``-1`` = all), masked per layer like a stack of message-flow graphs. ``inside`` ``[N]`` bool
+    (CoB with EAS sampling): edges among inside vertices are all kept, only the others sampled."""
+    fanouts = resolve_fanouts(fanout, hops, 25)
+    sub = sample_subgraph(graph, seeds, fanouts, inside=inside, weighted=weighted, generator=generator)
     return ServerSubgraph(sub.n_id, sub.edge_index, sub.hop, sub.seed_mask, exact_hops=hops)
 
 

@@ -20,7 +20,9 @@ from lightning_granndis.graph.cost_model import (
 from lightning_granndis.graph.batch_norm import DistributedBatchNorm
 from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
 from lightning_granndis.graph.one_hop import OneHopGraph
-from lightning_granndis.graph.epoch_sampling import cob_epoch, eas_epoch
+from lightning_granndis.graph.batch_schedule import check_batch_size, describe
+from lightning_granndis.graph.epoch_sampling import Batching, cob_epoch, cob_steps, eas_epoch
+from lightning_granndis.graph.fanouts import check_fanout_type, resolve_fanouts
 from lightning_granndis.graph.plan import PlanConfig, server_assignment
 from lightning_granndis.graph.quantise import quantised_exchange
 from lightning_granndis.graph.sampling import CSRGraph
@@ -59,12 +61,14 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
 
     - ``flx`` — Flexible Preloading, full batch: each server holds its inner vertices plus every
       vertex they depend on within ``L`` hops. Exact: equals single-process full-graph training.
-    - ``cob`` — Cooperative Batching: per iteration a server-sized co-batch of training seeds
-      (``G * batch_size``), its sampled ``L``-hop neighbourhood (``fanout`` per hop, default 25),
-      split across the server's devices. Co-batches are drawn afresh every epoch (seeded by
-      epoch) by a bounded background producer; the artifact samples them once.
+    - ``cob`` — Cooperative Batching: per step a server-sized co-batch of exactly
+      ``G * batch_size`` training seeds (the last one partial unless ``drop_last``), its sampled
+      ``L``-hop neighbourhood (``fanout``: PyG's ``num_neighbors``, default 25 per hop), split
+      across the server's devices. Co-batches are drawn afresh every epoch (seeded by epoch) by a
+      bounded background producer; the artifact samples them once. ``cob_sampling="eas"``
+      (CoB-EAS) keeps every edge inside the server and samples only those leaving it.
     - ``eas`` — Expansion-aware Sampling: all edges inside the server kept, only the expansion
-      leaving it sampled: ``eas_hops`` hops (default 1), ``fanout`` (default 15) external
+      leaving it sampled: ``eas_hops`` hops (default 1), ``eas_fanout`` (default 15) external
       neighbours per vertex, chosen degree-aware (``eas_sampling="degree"``) or uniformly.
     - ``auto`` — chooses from the paper's cost model (Eqs. 1–5, see
       :mod:`lightning_granndis.graph.cost_model`) and says which and why.
@@ -88,11 +92,22 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         servers: number of servers (default: one per node; ``servers=S`` makes virtual ones).
         mode: ``auto`` (default), ``flx``, ``cob`` or ``eas``.
         hops: ``L`` for preloading and masks (default: the model's number of message-passing layers).
-        fanout: CoB fan-out per hop (default 25) or EAS external fan-out (default 15).
+        fanout: neighbours sampled per hop, PyG's ``num_neighbors``: a list with one entry per
+            message-passing layer (``[15, 10, 5]``: 15 of every seed, 10 a hop out, ...; ``-1`` =
+            all), or one int for every hop (default 25, the paper's CoB). A list of the wrong length
+            is refused at set-up, naming the model's layer count.
+        eas_fanout: EAS external neighbours per expansion hop (a list of ``eas_hops`` entries, or
+            an int; default: ``fanout`` when that is an int, else 15).
         eas_hops: EAS expansion hops ``h`` (default 1).
         eas_sampling: ``"degree"`` (default) or ``"uniform"``.
-        batch_size: CoB seeds per device per iteration (default 1024).
-        iterations: CoB iterations per epoch (overrides ``batch_size``).
+        cob_sampling: ``"fanout"`` (default: GraphSAGE's per-hop fan-out) or ``"eas"`` (CoB-EAS:
+            edges inside the server all kept, ``fanout`` applies to those leaving it).
+        batch_size: seeds per device (rank) per step (default 1024): a CoB co-batch is ``G *
+            batch_size`` seeds of one server, as NeighborLoader + DDP's global batch is ``P *
+            batch_size``.
+        drop_last: drop each epoch's last, partial batch (default ``False``).
+        iterations: cut every epoch into this many near-equal (co-)batches instead (the
+            artifact's ``--epoch-iter``; overrides ``batch_size``).
         exact_eval: exact, gathered OGB evaluation (default ``True``).
         sparse_aggregation: hand convs that support it (``SAGEConv``, ``GCNConv``, ``GraphConv``,
             ``GINConv``...) a ``torch.sparse`` CSR adjacency, so no ``[E, F]`` message tensor is
@@ -120,11 +135,14 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         servers: int | None = None,
         mode: str | None = None,
         hops: int | None = None,
-        fanout: int | None = None,
+        fanout: int | list[int] | None = None,
         eas_hops: int = 1,
         eas_sampling: str = "degree",
         batch_size: int = 1024,
         iterations: int | None = None,
+        drop_last: bool = False,
+        eas_fanout: int | list[int] | None = None,
+        cob_sampling: str = "fanout",
         exact_eval: bool = True,
         sparse_aggregation: bool = True,
         resample: str = "once",
@@ -149,10 +167,23 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             raise ValueError(f"halo_bits must be 2, 4 or 8 (or None for full precision), got {halo_bits!r}.")
         if hops is not None and hops < 1:
             raise ValueError(f"hops must be at least 1, got {hops}.")
+        if cob_sampling not in ("fanout", "eas"):
+            raise ValueError(f"cob_sampling must be 'fanout' or 'eas', got {cob_sampling!r}.")
+        check_fanout_type(fanout, "fanout")
+        check_fanout_type(eas_fanout, "eas_fanout")
+        check_batch_size(batch_size, iterations)
+        fanout = list(fanout) if fanout is not None and not isinstance(fanout, int) else fanout
+        eas_fanout = list(eas_fanout) if eas_fanout is not None and not isinstance(eas_fanout, int) else eas_fanout
         self.mode = mode
         self.hops = hops
         self.fanout, self.eas_hops, self.eas_sampling = fanout, eas_hops, eas_sampling
+        self.eas_fanout = eas_fanout if eas_fanout is not None else (fanout if isinstance(fanout, int) else None)
+        self.cob_sampling = cob_sampling
         self.batch_size, self.iterations = batch_size, iterations
+        self.batching = Batching(batch_size, bool(drop_last), iterations)
+        #: per-hop fan-outs (sampled modes) and EAS expansion fan-outs, resolved at set-up
+        self.fanouts: list[int] = []
+        self.eas_fanouts: list[int] = []
         self.exact_eval, self.halo_bits = exact_eval, halo_bits
         self.sparse_aggregation = sparse_aggregation
         if resample not in ("once", "epoch"):
@@ -187,6 +218,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         super().setup(trainer)
         layers = message_passing_layers(self.lightning_module)
         self.num_layers = self.hops or len(layers)
+        # on every rank, before any shard is built: every rank holds the model, so all refuse alike
+        what = (f"the model's {len(layers)} message-passing layers" if self.hops is None
+                else f"hops={self.hops} (the model has {len(layers)} message-passing layers)")
+        self.fanouts = resolve_fanouts(self.fanout, self.num_layers, 25, "fanout", what)
+        self.eas_fanouts = resolve_fanouts(self.eas_fanout, self.eas_hops, 15, "eas_fanout",
+                                           f"eas_hops={self.eas_hops} expansion hops")
         self._masking = OneHopMasking(self.lightning_module, self._exchange, num_layers=self.num_layers,
                                       sparse_aggregation=self.sparse_aggregation)
         self._batch_norm = DistributedBatchNorm(self.lightning_module, self._norm_context, self.strategy_name)
@@ -234,7 +271,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         if kind == "eval":
             return GraphBatches([rank_batch(shard.eval, self._register(shard.eval))])
         if shard.source is not None:
-            length = 1 if self.resolved_mode == "eas" else shard.source.iterations
+            length = 1 if self.resolved_mode == "eas" else self._steps_per_epoch(shard.source)
             self._sampled = SampledBatches(length, lambda epoch, start: self._epoch_parts(shard, epoch, start),
                                            lambda: self.lightning_module.trainer.current_epoch, self._register,
                                            self._release, depth=self.sampler_depth)
@@ -256,15 +293,32 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self._parts.pop(key, None)
         self._graphs.pop(key, None)
 
+    def _steps_per_epoch(self, source) -> int:
+        """(Co-)batches per epoch, said once at the start of ``fit``."""
+        G = self.topology.devices_per_server
+        steps = cob_steps(source, G, self.batching)
+        self._say_steps(steps, sum(source.seed_counts), G * self.batch_size)
+        return steps
+
+    def _say_steps(self, steps: int, seeds: int, co_batch: int | None) -> None:
+        if steps < 1:
+            raise ValueError(f"{self.strategy_name}: drop_last=True leaves no full batch of this graph's {seeds:,} "
+                             f"training seeds (batch_size={self.batch_size} on {self.world_size} ranks); lower "
+                             "batch_size or set drop_last=False.")
+        if getattr(self, "_said_steps", None) != steps:
+            self._said_steps = steps
+            rank_zero_info(f"{self.strategy_name}: " + describe(steps, seeds, self.world_size, self.batch_size,
+                                                                self.batching.drop_last, co_batch))
+
     def _epoch_parts(self, shard: RankShard, epoch: int, start: int = 0):
         """The epoch's freshly drawn parts of this rank from batch ``start`` on (on the producer
         thread)."""
         topo = self.topology
         if self.resolved_mode == "eas":  # one batch an epoch: a resume starts at 0
             return eas_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
-                             self.eas_hops, self.fanout or 15, self.eas_sampling == "degree", self.seed, epoch)
+                             self.eas_hops, self.eas_fanouts, self.eas_sampling == "degree", self.seed, epoch)
         return cob_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
-                         self.fanout or 25, self.num_layers, self.seed, epoch, start)
+                         self.fanouts, self.batching, self.seed, epoch, start, keep_inner=self.cob_sampling == "eas")
 
     def _shard_for(self, item, kind: str) -> RankShard:
         """This rank's shard for the loader's graph (or store): loaded from the store, or built by
@@ -285,8 +339,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
 
     def _store_params(self, mode: str) -> dict:
         topo = self.topology
-        return store_params(mode, topo.servers, topo.devices_per_server, self.num_layers, self.fanout, self.eas_hops,
-                            self.eas_sampling, self.batch_size, self.iterations, self.seed, self.resample)
+        return store_params(mode, topo.servers, topo.devices_per_server, self.num_layers, self.eas_fanouts,
+                            self.eas_hops, self.eas_sampling, self.batch_size, self.iterations, self.seed, self.resample)
 
     def _load_store(self, handle: GraphStoreHandle) -> RankShard:
         made = handle.manifest["params"]["mode"]
@@ -331,7 +385,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     def _plan_config(self, mode: str) -> PlanConfig:
         topo = self.topology
         return PlanConfig(mode=mode, servers=topo.servers, devices_per_server=topo.devices_per_server,
-                          hops=self.num_layers, fanout=self.fanout, eas_hops=self.eas_hops,
+                          hops=self.num_layers, fanout=self.eas_fanouts, eas_hops=self.eas_hops,
                           weighted=self.eas_sampling == "degree", batch_size=self.batch_size,
                           iterations=self.iterations, seed=self.seed, cache_dir=self.cache_dir, resample=self.resample)
 
@@ -383,7 +437,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         inner = [(server_of == s).nonzero().flatten() for s in range(S)]
         flx = [preloaded_subgraph(graph, i, self.num_layers) for i in inner]
         gen = torch.Generator().manual_seed(self.seed)
-        eas = [expansion_subgraph(graph, i, self.eas_hops, self.fanout or 15, self.eas_sampling == "degree", gen)
+        eas = [expansion_subgraph(graph, i, self.eas_hops, self.eas_fanouts, self.eas_sampling == "degree", gen)
                for i in inner]
         V, E = data.num_nodes, int(data.edge_index.shape[1])
         per_vertex_bytes = 4 * self._hidden() * 2 * self.num_layers  # forward embeddings + backward gradients
@@ -440,6 +494,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
     @override
     def training_step(self, *args: Any, **kwargs: Any):
         batch = args[0]
+        if self._sampled is not None:  # the batches before this one are trained: free them
+            self._sampled.trained(int(batch.granndis_key))
         self._activate(batch)
         weight = self._parts[int(batch.granndis_key)].weight
         with seed_weighted_logging(self.lightning_module, weight, self.world_size):

@@ -98,13 +98,16 @@ class GraphBatches:
 class SampledBatches:
     """An epoch of batches drawn afresh each time it is iterated, by a :class:`BoundedProducer`.
 
+    At most ``depth + 1`` sampled batches exist on the rank at once: the producer starts the next
+    one only when :meth:`trained` says an earlier one is finished with (and forgotten).
+
     Args:
         length: batches per epoch.
         parts: ``parts(epoch, start)`` → the epoch's :class:`GraphPart` iterator from batch
             ``start`` on (runs on the producer thread).
         epoch: returns the epoch being started.
         register: ``register(part)`` → the key of a produced part (runs as the batch is consumed);
-            ``release(key)`` forgets it three batches later.
+            ``release(key)`` forgets it once it is trained.
         depth: most batches built ahead.
     """
 
@@ -114,6 +117,8 @@ class SampledBatches:
         self.register, self.release, self.depth = register, release, depth
         self.producer: BoundedProducer | None = None
         self.high_water = 0
+        #: most batches held at once (fetched and not yet released), for the memory claim's test
+        self.most_held = 0
         self._keys: list[int] = []
         self.position = EpochPosition()
 
@@ -128,15 +133,26 @@ class SampledBatches:
         self._keys = []
         epoch = self.epoch()
         start = self.position.begin(epoch, self.length)
-        self.producer = BoundedProducer(lambda: self.parts(epoch, start), self.depth)
-        for part in self.producer:
-            self.high_water = max(self.high_water, self.producer.high_water)
+        producer = self.producer = BoundedProducer(lambda: self.parts(epoch, start), self.depth,
+                                                   alive=self.depth + 1)
+        for part in producer:
+            self.high_water = max(self.high_water, producer.high_water)
             key = self.register(part)
             self._keys.append(key)
-            if len(self._keys) > 3:
-                self.release(self._keys.pop(0))
+            self.most_held = max(self.most_held, len(self._keys) + producer._queue.qsize())
             self.position.given += 1
             yield rank_batch(part, key)
+
+    def trained(self, key: int) -> None:
+        """Batch ``key`` is about to train: every batch fetched before it is finished with."""
+        if key not in self._keys:
+            return
+        done = self._keys[: self._keys.index(key)]
+        self._keys = self._keys[len(done):]
+        for old in done:
+            self.release(old)
+        if done and self.producer is not None:
+            self.producer.done(len(done))
 
     def state_dict(self) -> dict[str, int]:
         return self.position.state_dict()

@@ -22,7 +22,7 @@ from lightning_granndis.strategies import MiniBatchBaselineStrategy, ServerAware
 
 out, root = Path(sys.argv[1]), sys.argv[2]
 names = sys.argv[3].split(",")
-EPOCHS, DEPTH = 3, 2
+EPOCHS, DEPTH, BATCH = 3, 2, 100
 
 
 class Batches(Callback):
@@ -30,19 +30,23 @@ class Batches(Callback):
 
     def __init__(self):
         self.epochs: dict[int, list[str]] = {}
+        self.seeds: dict[int, list[int]] = {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        graph = trainer.strategy._graphs[int(batch.granndis_key)]
+        key = int(batch.granndis_key)
+        graph = trainer.strategy._graphs[key]
         digest = hashlib.sha1(graph.n_id.cpu().numpy().tobytes()).hexdigest()[:16]
         self.epochs.setdefault(trainer.current_epoch, []).append(digest)
+        seeds = int(trainer.strategy._parts[key].masks["train_mask"].sum())
+        self.seeds.setdefault(trainer.current_epoch, []).append(seeds)
 
 
 def strategy_for(name):
-    common = dict(servers=2, link_model="10gbe", batch_size=128, sampler_depth=DEPTH)
-    return {
-        "cob": lambda: ServerAwareGNNStrategy(mode="cob", fanout=5, **common),
+    common = dict(servers=2, link_model="10gbe", batch_size=BATCH, sampler_depth=DEPTH)
+    return {  # per-hop fan-outs, PyG's num_neighbors form, for the model's 3 layers
+        "cob": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], **common),
         "eas_epoch": lambda: ServerAwareGNNStrategy(mode="eas", resample="epoch", **common),
-        "mb": lambda: MiniBatchBaselineStrategy(fanout=5, **common),
+        "mb": lambda: MiniBatchBaselineStrategy(fanout=[5, 4, -1], **common),
     }[name]()
 
 
@@ -64,7 +68,8 @@ def fit(name, ckpt_dir=None, resume=None):
     return trainer, {
         "batches": {str(k): v for k, v in batches.epochs.items()},
         "params": {k: v.detach().tolist() for k, v in model.state_dict().items()},
-        "high_water": strategy._sampled.high_water, "depth": DEPTH,
+        "high_water": strategy._sampled.high_water, "depth": DEPTH, "most_held": strategy._sampled.most_held,
+        "seeds": {str(k): v for k, v in batches.seeds.items()}, "batch_size": BATCH,
         "iterations": int(trainer.num_training_batches),
     }
 

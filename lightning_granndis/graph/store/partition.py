@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from lightning_granndis.graph.fanouts import Fanout, resolve_fanouts
 from lightning_granndis.graph.plan import PlanConfig
 from lightning_granndis.graph.store.files import FORMAT, VERSION, commit_manifest, shard_blob, structure_blob, write_file
 from lightning_granndis.graph.store.shards import MODES, build_shards
@@ -25,21 +26,27 @@ from lightning_granndis.graph.validation import validate_graph
 _RELEVANT = {
     "flx": ("hops",),
     "eas": ("eas_hops", "fanout", "eas_sampling", "resample"),
-    "cob": ("hops", "fanout", "batch_size", "iterations"),
+    # a sampled mode's shard is its sampling source (the closure, the split): fan-outs and batch
+    # sizes are read at run time, so one store serves any of them
+    "cob": ("hops",),
     "full": (),
-    "minibatch": ("hops", "fanout", "batch_size", "iterations"),
+    "minibatch": ("hops",),
 }
-_DEFAULT_FANOUT = {"eas": 15, "cob": 25, "minibatch": 25}
 
 
-def store_params(mode: str, servers: int, devices_per_server: int, hops: int, fanout: int | None = None,
+def store_params(mode: str, servers: int, devices_per_server: int, hops: int, fanout: Fanout | None = None,
                  eas_hops: int = 1, eas_sampling: str = "degree", batch_size: int = 1024,
                  iterations: int | None = None, seed: int = 0, resample: str = "once") -> dict:
     """The parameters a store is made for, normalised: those ``mode`` does not read are left out,
     so a store is refused only for a difference that changes its shards."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r} for a graph store; choose one of {', '.join(MODES)}.")
-    values = dict(hops=hops, fanout=fanout or _DEFAULT_FANOUT.get(mode), eas_hops=eas_hops,
+    eas_fanout = None
+    if mode == "eas":
+        eas_fanouts = resolve_fanouts(fanout, eas_hops, 15, "eas fanout", "the expansion's hops (eas_hops)")
+        # one int where every hop is the same (what stores written before per-hop fan-outs hold)
+        eas_fanout = eas_fanouts[0] if len(set(eas_fanouts)) == 1 else eas_fanouts
+    values = dict(hops=hops, fanout=eas_fanout, eas_hops=eas_hops,
                   eas_sampling=eas_sampling, batch_size=batch_size, iterations=iterations, resample=resample)
     return {"mode": mode, "servers": servers, "devices_per_server": devices_per_server, "seed": seed,
             **{key: values[key] for key in _RELEVANT[mode]}}
@@ -59,7 +66,7 @@ def fingerprint(data) -> str:
 
 
 def partition_graph(data, out: str | os.PathLike, mode: str, servers: int, devices_per_server: int, hops: int,
-                    fanout: int | None = None, eas_hops: int = 1, eas_sampling: str = "degree",
+                    fanout: Fanout | None = None, eas_hops: int = 1, eas_sampling: str = "degree",
                     batch_size: int = 1024, iterations: int | None = None, seed: int = 0, resample: str = "once",
                     dataset: str | None = None, source: dict | None = None, command: str | None = None,
                     num_classes: int | None = None, progress: bool = True, cache_dir: str | None = None) -> dict:
