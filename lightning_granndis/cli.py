@@ -185,7 +185,7 @@ def partition_main(argv: list[str]) -> int:
     import argparse
     import shlex
 
-    from lightning_granndis.datamodules.graph_store import partition_dataset
+    from lightning_granndis.datamodules.dataset_partition import partition_dataset
     from lightning_granndis.graph.store.shards import MODES
 
     parser = argparse.ArgumentParser(prog="granndis partition", description=(

@@ -120,3 +120,38 @@ def test_hooks_pass_through_when_inactive_and_check_input():
     masking.remove()
     with pytest.raises(ValueError, match="no torch_geometric MessagePassing"):
         message_passing_layers(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fanout": 0}, "fanout entries must be -1"), ({"fanout": [15, 0, 5]}, r"got 0 in \[15, 0, 5\]"),
+    ({"fanout": "15"}, "fanout must be an int or a non-empty list"), ({"eas_fanout": [-2]}, "eas_fanout entries"),
+    ({"batch_size": 0}, "batch_size must be a positive int"), ({"iterations": 0}, "iterations must be"),
+    ({"cob_sampling": "saint"}, "cob_sampling"),
+])
+def test_bad_sampling_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ServerAwareGNNStrategy(**kwargs)
+    if "cob_sampling" not in kwargs and "eas_fanout" not in kwargs:
+        with pytest.raises(ValueError, match=match):
+            MiniBatchBaselineStrategy(**kwargs)
+
+
+def test_bad_sampling_settings_are_refused_on_every_rank_before_a_step(tmp_path, tiny):
+    import json
+
+    from helpers import torchrun
+
+    torchrun("gnn_bad_settings.py", 4, str(tmp_path), str(tiny.root), timeout=400)
+    expected = {
+        "mb_fanout_length": r"fanout=\[15, 10\] has 2 entries but the model's 3 message-passing layers number 3",
+        "cob_fanout_length": r"fanout=\[15, 10, 5, 5\] has 4 entries but the model's 3 message-passing layers",
+        "eas_fanout_length": r"eas_fanout=\[15, 10\] has 2 entries but eas_hops=1 expansion hops number 1",
+        "mb_drop_last_empty": r"drop_last=True leaves no full batch of this graph's [\d,]+ training seeds",
+    }
+    import re
+
+    for name, pattern in expected.items():
+        for rank in range(4):
+            record = json.loads((tmp_path / f"{name}.rank{rank}.json").read_text())
+            assert record["steps"] == 0, (name, rank)
+            assert record["error"] and re.search(pattern, record["error"]), (name, rank, record["error"])

@@ -18,7 +18,8 @@ import torch
 from helpers import child_env, free_port, torchrun, torchrun_cmd
 from lightning_granndis.cli import main as cli_main
 from lightning_granndis.datamodules import ogb as ogb_module
-from lightning_granndis.datamodules.graph_store import GraphStoreDataModule, partition_dataset
+from lightning_granndis.datamodules.dataset_partition import partition_dataset
+from lightning_granndis.datamodules.graph_store import GraphStoreDataModule
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.graph.plan import PlanConfig
 from lightning_granndis.graph.store import GraphStoreError, load_rank_shard, read_manifest, store_params

@@ -1,7 +1,8 @@
 """DataModules: real loaders with offline embedded defaults."""
 
 from lightning_granndis.datamodules.digits import DigitsDataModule
-from lightning_granndis.datamodules.graph_store import GraphStoreDataModule, partition_dataset
+from lightning_granndis.datamodules.dataset_partition import partition_dataset
+from lightning_granndis.datamodules.graph_store import GraphStoreDataModule
 from lightning_granndis.datamodules.images import ImageDataModule
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.datamodules.text import TextDataModule

@@ -2,7 +2,8 @@
 
     granndis partition --dataset synthetic-products --servers 2 --devices 2 --mode eas --out stores/products_eas
 
-(or :func:`partition_dataset` / :func:`~lightning_granndis.graph.store.partition_graph` from Python)
+(or :func:`~lightning_granndis.datamodules.dataset_partition.partition_dataset` /
+:func:`~lightning_granndis.graph.store.partition_graph` from Python)
 writes the store once; at run time each rank of a GNN strategy memory-maps only its own server's
 shard, so no process holds the whole graph.
 """
@@ -10,13 +11,12 @@ shard, so no process holds the whole graph.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from lightning_granndis.graph.store import GraphStoreError, GraphStoreHandle, partition_graph, read_manifest
+from lightning_granndis.graph.store import GraphStoreError, GraphStoreHandle, read_manifest
 
 
 class GraphStoreDataModule(pl.LightningDataModule):
@@ -78,23 +78,3 @@ def _check_source_unchanged(store: Path, manifest: dict) -> None:
     if now is not None and (now["bytes"], now["mtime_ns"]) != (source["bytes"], source["mtime_ns"]):
         raise GraphStoreError(f"the graph store {store} is stale: {source['file']} changed after it was partitioned. "
                               f"Re-run `{manifest.get('command') or 'granndis partition ...'}`.")
-
-
-def partition_dataset(dataset: str, out: str | os.PathLike, mode: str, servers: int, devices: int, hops: int = 3,
-                      root: str = "data", seed: int = 0, command: str | None = None, **params) -> dict:
-    """Loads ``dataset`` (any :class:`OGBNodeDataModule` name) once and partitions it into a store
-    at ``out`` for ``servers`` x ``devices`` ranks (see
-    :func:`~lightning_granndis.graph.store.partition_graph` for ``mode`` and ``params``)."""
-    from lightning_granndis.datamodules.ogb import OGBNodeDataModule
-
-    dm = OGBNodeDataModule(dataset, root=root)
-    dm.prepare_data()
-    dm.setup()
-    if command is None:
-        extra = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items() if v is not None)
-        command = (f"granndis partition --dataset {dataset} --root {shlex.quote(str(root))} --servers {servers} "
-                   f"--devices {devices} --mode {mode} --hops {hops} --out {shlex.quote(str(out))}"
-                   + (f" --seed {seed}" if seed else "") + (f" {extra}" if extra else ""))
-    return partition_graph(dm.data, out, mode, servers, devices, hops, dataset=dataset,
-                           source=source_info(dm.processed_file()), command=command,
-                           num_classes=dm.num_classes, seed=seed, **params)

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_granndis.datamodules import synthetic
+from lightning_granndis.datamodules.graph_store import GraphStoreDataModule
 from lightning_granndis.graph.validation import validate_graph
 
 #: datasets whose edges are directed citations, used as undirected graphs (OGB's examples do too)
@@ -172,8 +173,6 @@ class OGBNodeDataModule(pl.LightningDataModule):
         if self.data is not None:
             return
         if self.store is not None:
-            from lightning_granndis.datamodules.graph_store import GraphStoreDataModule
-
             inner = GraphStoreDataModule(self.store, dataset=self.name)
             inner.setup(stage)
             self.data, self.num_features, self.num_classes = inner.handle, inner.num_features, inner.num_classes

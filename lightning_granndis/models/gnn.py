@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONVS = ("sage", "gcn", "gat", "graph")
+CONVS = ("sage", "gcn", "gat", "graph", "gin")
 
 
 def make_conv(kind: str, in_channels: int, out_channels: int) -> nn.Module:
@@ -21,6 +21,9 @@ def make_conv(kind: str, in_channels: int, out_channels: int) -> nn.Module:
         return gnn.GATConv(in_channels, out_channels, heads=1)
     if kind == "graph":
         return gnn.GraphConv(in_channels, out_channels)
+    if kind == "gin":  # GIN's MLP: two linear layers (Xu et al., ICLR'19)
+        return gnn.GINConv(nn.Sequential(nn.Linear(in_channels, out_channels), nn.ReLU(),
+                                         nn.Linear(out_channels, out_channels)))
     raise ValueError(f"Unknown conv {kind!r}; choose one of {', '.join(CONVS)}.")
 
 
@@ -32,7 +35,7 @@ class GNNNodeClassifier(pl.LightningModule):
     Args:
         in_channels: feature width.
         num_classes: classes.
-        conv: ``sage`` (default), ``gcn``, ``gat`` or ``graph``.
+        conv: ``sage`` (default), ``gcn``, ``gat``, ``graph`` or ``gin``.
         hidden: hidden width (default 64).
         num_layers: message-passing layers (default 3).
         dropout: dropout (default 0.5).

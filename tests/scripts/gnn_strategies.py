@@ -84,6 +84,9 @@ for name in names:
     SCATTERS[0] = 0
     strategy_name, conv, *rest = name.split(":")
     epochs = int(rest[0]) if rest else None
+    precision = "32-true"
+    if strategy_name.endswith("_bf16"):  # the same run under mixed precision
+        strategy_name, precision = strategy_name[: -len("_bf16")], "bf16-mixed"
     pl.seed_everything(int(rest[1]) if len(rest) > 1 else 0)
     store = None
     if strategy_name.startswith("st_"):  # the same strategy from a graph store (tests write it)
@@ -112,7 +115,7 @@ for name in names:
     limits = dict(max_epochs=epochs) if epochs else dict(max_steps=steps)
     local = int(os.environ["LOCAL_WORLD_SIZE"])
     trainer = pl.Trainer(accelerator="cpu", devices=local, num_nodes=int(os.environ["WORLD_SIZE"]) // local,
-                         strategy=strategy, logger=False,
+                         strategy=strategy, logger=False, precision=precision,
                          callbacks=[capture, monitor, SaveOnRankZero(out / name.replace(":", "_") / "written.pt")],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1000, **limits)
@@ -124,9 +127,9 @@ for name in names:
     # a user's predict: a default Trainer's predict on the same datamodule (and a prediction writer)
     predictions = trainer.predict(model, datamodule=dm)
     pred = torch.cat(predictions)
-    record["pred_sha"] = hashlib.sha1(pred.numpy().tobytes()).hexdigest()
+    record["pred_sha"] = hashlib.sha1(pred.float().numpy().tobytes()).hexdigest()
     if rank == 0:
-        record["pred"] = pred.tolist()
+        record["pred"] = pred.float().tolist()
     shard = next(iter(strategy._shards.values()))
     record.update(store=store, scatters=SCATTERS[0], server=shard.server,
                   held_rows=sum(int(p.x.shape[0]) for p in shard.train) + int(shard.eval.x.shape[0]),
