@@ -28,6 +28,7 @@ Measured wall seconds of an operation are booked to the slowest link class it us
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -743,6 +744,22 @@ class Communicator:
     def recv(self, tensor: torch.Tensor, src: int, purpose: str = "other", group=None) -> torch.Tensor:
         self.irecv(tensor, src, purpose, group).wait()
         return tensor
+
+    def scatter_object(self, objs: list | None, src: int, purpose: str = "other", group=None) -> object:
+        """``objs[i]`` (pickled) from global rank ``src`` to the ``i``-th rank of ``group``; ``objs``
+        is read on ``src`` only. Booked on the sender: the pickled bytes that leave it."""
+        ranks = group_ranks(group)
+        if len(ranks) == 1:
+            return objs[0]
+        t0 = time.perf_counter()
+        out = [None]
+        dist.scatter_object_list(out, objs if self.rank == src else None, src=src, group=group)
+        wall = time.perf_counter() - t0
+        if self.rank == src:
+            sent = {r: len(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL)) for r, o in zip(ranks, objs)
+                    if r != src}
+            self._book(purpose, sent, {}, wall, [src] if self._inter_members(ranks) else [])
+        return out[0]
 
     # ------------------------------------------------------------------ autograd-aware
     def exchange(

@@ -16,7 +16,7 @@ from helpers import torchrun
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.graph.epoch_sampling import BoundedProducer, epoch_generator
 
-NAMES = ["cob", "mb", "eas_epoch"]
+NAMES = ["cob", "mb", "eas_epoch", "cob_unshared"]
 
 
 def test_generator_streams_differ_by_epoch_and_stream_and_repeat_for_the_same_triple():
@@ -156,3 +156,14 @@ def test_co_batches_are_devices_times_batch_size_seeds_per_server(runs):
 
 def server_ran_out(sizes) -> bool:
     return sizes[-1] == 0
+
+
+def test_a_server_samples_each_co_batch_once_and_trains_as_if_every_device_had(runs):
+    """Shared: step k's co-batch sampled on device k mod 2 and handed out (booked intra-server);
+    the same co-batches and the same training as every device sampling it whole."""
+    for shared, alone in zip(runs["cob"], runs["cob_unshared"]):
+        assert shared["first"]["batches"] == alone["first"]["batches"]
+        assert shared["first"]["seeds"] == alone["first"]["seeds"]
+        for key, value in alone["first"]["params"].items():
+            assert torch.allclose(torch.tensor(shared["first"]["params"][key]), torch.tensor(value), atol=1e-6), key
+        assert shared["first"]["sampling_bytes"] > 0 and alone["first"]["sampling_bytes"] == 0

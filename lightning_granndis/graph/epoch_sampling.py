@@ -3,9 +3,11 @@
 GraNNDis' artifact samples its co-batches once and reuses them every epoch; holding an epoch of
 sampled subgraphs is O(epoch) memory, and reusing them trains on one fixed sample. Here every
 epoch draws new ones from generators seeded by ``(seed, epoch, server or rank, batch)``: a run is
-reproducible, and a run resumed at any batch draws exactly what the uninterrupted run drew. Nothing is exchanged to draw them: every device of a server draws the same co-batch from
-the same seed and keeps its own part (the server's devices split it by a fixed METIS assignment
-of the server's vertices), so the sampler costs no traffic.
+reproducible, and a run resumed at any batch draws exactly what the uninterrupted run drew. A
+server samples each co-batch once (``shared``): step ``k``'s on device ``k mod G``, which splits it
+by the fixed METIS assignment of the server's vertices and hands each device its part over the
+intra-server link; unshared, every device draws the same co-batch from the same seed and keeps
+its own part (no traffic, ``G`` times the sampling work).
 
 :class:`BoundedProducer` builds the next batch on a background thread while the current one
 trains; at most ``depth`` batches wait and ``depth + 1`` exist at once (being built, waiting,
@@ -84,13 +86,34 @@ def minibatch_steps(source: SamplingSource, world_size: int, batching: Batching)
                            batching.iterations)
 
 
+@dataclass
+class CoBatch:
+    """One step's co-batch as its sampling device hands it out: ``graphs[d]`` device ``d``'s
+    one-hop graph in the source's local ids (``None`` on a device that did not sample this step:
+    its part arrives from the one that did), ``total`` the step's seeds over all servers."""
+
+    step: int
+    graphs: list[OneHopGraph] | None
+    total: int
+
+
+def cob_part(source: SamplingSource, graph: OneHopGraph, world_size: int, total: int) -> GraphPart:
+    """A device's :class:`GraphPart` of a co-batch from its one-hop graph (local ids)."""
+    return _part(source, graph, int(graph.seed.sum()) * world_size / max(1, total))
+
+
 def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int,
               fanouts: list[int], batching: Batching, seed: int, epoch: int, start: int = 0,
-              keep_inner: bool = False) -> Iterator[GraphPart]:
+              keep_inner: bool = False, shared: bool = False) -> Iterator[GraphPart | CoBatch]:
     """Cooperative Batching, one epoch: this device's part of every co-batch of its server (``G``
     x ``batch_size`` seeds), from co-batch ``start`` on (a resumed epoch). ``keep_inner``
     (CoB-EAS): every edge among the server's inner vertices is kept, only the edges leaving the
-    server are sampled with ``fanouts``."""
+    server are sampled with ``fanouts``.
+
+    ``shared``: the server samples each co-batch once: step ``k`` by device ``k mod G``, which
+    yields a :class:`CoBatch` with every device's graph; the other devices yield one without
+    graphs, and the caller hands the parts out (the same co-batches as unshared sampling: the same
+    generator draws them, on one device instead of all)."""
     hops = len(fanouts)
     per_step = devices * batching.batch_size
     steps = cob_steps(source, devices, batching)
@@ -104,13 +127,24 @@ def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
     for it, (lo, hi) in enumerate(bounds):
         if it < start:
             continue
+        if shared and it % devices != device:
+            yield CoBatch(it, None, totals[it])
+            continue
         generator = epoch_generator(seed, epoch, server, step=it + 1)
         sub = sampled_subgraph(source.csr, seeds[lo:hi], fanouts, hops, generator=generator, inside=inside)
-        graph = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed,
-                            hops).graph(device)
-        graph.meta.update(scope="intra", purpose="halo", server=server, iteration=it, epoch=epoch,
-                          server_vertices=sub.num_nodes)
-        yield _part(source, graph, int(graph.seed.sum()) * world_size / max(1, totals[it]))
+        split = OneHopSplit(sub.edge_index, sub.n_id, source.owner[sub.n_id], devices, sub.hop, sub.seed, hops)
+        meta = dict(scope="intra", purpose="halo", server=server, iteration=it, epoch=epoch,
+                    server_vertices=sub.num_nodes)
+        del sub
+        if shared:
+            graphs = [split.graph(d) for d in range(devices)]
+            for graph in graphs:
+                graph.meta.update(meta)
+            yield CoBatch(it, graphs, totals[it])
+            continue
+        graph = split.graph(device)
+        graph.meta.update(meta)
+        yield cob_part(source, graph, world_size, totals[it])
 
 
 def eas_epoch(source: SamplingSource, server: int, device: int, devices: int, world_size: int, eas_hops: int,

@@ -21,7 +21,7 @@ from lightning_granndis.graph.batch_norm import DistributedBatchNorm
 from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
 from lightning_granndis.graph.one_hop import OneHopGraph
 from lightning_granndis.graph.batch_schedule import check_batch_size, describe
-from lightning_granndis.graph.epoch_sampling import Batching, cob_epoch, cob_steps, eas_epoch
+from lightning_granndis.graph.epoch_sampling import Batching, CoBatch, cob_epoch, cob_part, cob_steps, eas_epoch
 from lightning_granndis.graph.fanouts import check_fanout_type, resolve_fanouts
 from lightning_granndis.graph.plan import PlanConfig, server_assignment
 from lightning_granndis.graph.quantise import quantised_exchange
@@ -117,7 +117,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             or of free RAM shared by the local ranks).
         resample: ``"once"`` (default; the paper's EAS) or ``"epoch"``: EAS draws a fresh
             expansion every epoch.
-        sampler_depth: most (co-)batches the background producer builds ahead (default 2).
+        sampler_depth: most (co-)batches the background producer builds ahead (default 2); at most
+            ``sampler_depth + 1`` sampled batches exist on a rank at once.
+        share_sampling: CoB samples each co-batch once per server, on one of its devices in turn,
+            and hands the parts out over the intra-server link (default ``True``; ``False``: every
+            device samples the whole co-batch and keeps its part: no traffic, ``G`` times the work).
+            The same co-batches either way.
         store_checksum: verify a store's SHA-256 when loading it (default ``True``; sizes are
             always checked).
         seed: random seed of partitioning and sampling.
@@ -147,6 +152,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         sparse_aggregation: bool = True,
         resample: str = "once",
         sampler_depth: int = 2,
+        share_sampling: bool = True,
         store_checksum: bool = True,
         halo_bits: int | None = None,
         memory_budget_mb: float | None = None,
@@ -192,6 +198,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             raise ValueError(f"resample='epoch' applies to mode='eas' (CoB and MB_base draw afresh every epoch "
                              f"anyway), got mode={mode!r}.")
         self.resample, self.sampler_depth, self.store_checksum = resample, sampler_depth, store_checksum
+        self.share_sampling = share_sampling
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.choice: ModeChoice | None = None
         self.resolved_mode: str | None = None if mode == "auto" else mode
@@ -274,7 +281,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             length = 1 if self.resolved_mode == "eas" else self._steps_per_epoch(shard.source)
             self._sampled = SampledBatches(length, lambda epoch, start: self._epoch_parts(shard, epoch, start),
                                            lambda: self.lightning_module.trainer.current_epoch, self._register,
-                                           self._release, depth=self.sampler_depth)
+                                           self._release, depth=self.sampler_depth,
+                                           deliver=lambda item: self._deliver(shard, item))
             return self._sampled
         return GraphBatches([rank_batch(part, self._register(part)) for part in shard.train],
                             lambda: self.lightning_module.trainer.current_epoch)
@@ -318,7 +326,18 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             return eas_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
                              self.eas_hops, self.eas_fanouts, self.eas_sampling == "degree", self.seed, epoch)
         return cob_epoch(shard.source, shard.server, shard.device, topo.devices_per_server, topo.world_size,
-                         self.fanouts, self.batching, self.seed, epoch, start, keep_inner=self.cob_sampling == "eas")
+                         self.fanouts, self.batching, self.seed, epoch, start, keep_inner=self.cob_sampling == "eas",
+                         shared=self.share_sampling and topo.devices_per_server > 1)
+
+    def _deliver(self, shard: RankShard, item):
+        """This device's part of a co-batch its server sampled once: device ``k mod G`` of the
+        server hands step ``k``'s parts out over the intra-server link (booked as ``sampling``)."""
+        if not isinstance(item, CoBatch):
+            return item
+        G = self.topology.devices_per_server
+        src = shard.server * G + item.step % G
+        graph = self.comm.scatter_object(item.graphs, src, "sampling", self._server_group())
+        return cob_part(shard.source, graph, self.world_size, item.total)
 
     def _shard_for(self, item, kind: str) -> RankShard:
         """This rank's shard for the loader's graph (or store): loaded from the store, or built by

@@ -109,11 +109,15 @@ class SampledBatches:
         register: ``register(part)`` → the key of a produced part (runs as the batch is consumed);
             ``release(key)`` forgets it once it is trained.
         depth: most batches built ahead.
+        deliver: ``deliver(item)`` → the rank's :class:`GraphPart` of a produced item, on the
+            training thread as the batch is fetched (a co-batch sampled on one device of the server
+            is handed out here, every rank of the server fetching in the same order).
     """
 
     def __init__(self, length: int, parts: Callable[[int], Iterator[GraphPart]], epoch: Callable[[], int],
-                 register: Callable[[GraphPart], int], release: Callable[[int], None], depth: int = 2) -> None:
-        self.length, self.parts, self.epoch = length, parts, epoch
+                 register: Callable[[GraphPart], int], release: Callable[[int], None], depth: int = 2,
+                 deliver: Callable[[object], GraphPart] | None = None) -> None:
+        self.length, self.parts, self.epoch, self.deliver = length, parts, epoch, deliver
         self.register, self.release, self.depth = register, release, depth
         self.producer: BoundedProducer | None = None
         self.high_water = 0
@@ -135,8 +139,9 @@ class SampledBatches:
         start = self.position.begin(epoch, self.length)
         producer = self.producer = BoundedProducer(lambda: self.parts(epoch, start), self.depth,
                                                    alive=self.depth + 1)
-        for part in producer:
+        for item in producer:
             self.high_water = max(self.high_water, producer.high_water)
+            part = self.deliver(item) if self.deliver is not None else item
             key = self.register(part)
             self._keys.append(key)
             self.most_held = max(self.most_held, len(self._keys) + producer._queue.qsize())

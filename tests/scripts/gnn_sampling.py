@@ -4,7 +4,7 @@ each batch held (a digest of its global vertex ids) per epoch for two runs with 
 run resumed from the first epoch's checkpoint, the final parameters of each, and the producer's
 high-water mark.
 
-usage: gnn_sampling.py OUT DATA_ROOT NAME[,NAME...]   (NAME = cob | mb | eas_epoch)
+usage: gnn_sampling.py OUT DATA_ROOT NAME[,NAME...]   (NAME = cob | cob_unshared | mb | eas_epoch)
 """
 
 import hashlib
@@ -45,6 +45,7 @@ def strategy_for(name):
     common = dict(servers=2, link_model="10gbe", batch_size=BATCH, sampler_depth=DEPTH)
     return {  # per-hop fan-outs, PyG's num_neighbors form, for the model's 3 layers
         "cob": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], **common),
+        "cob_unshared": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], share_sampling=False, **common),
         "eas_epoch": lambda: ServerAwareGNNStrategy(mode="eas", resample="epoch", **common),
         "mb": lambda: MiniBatchBaselineStrategy(fanout=[5, 4, -1], **common),
     }[name]()
@@ -69,6 +70,7 @@ def fit(name, ckpt_dir=None, resume=None):
         "batches": {str(k): v for k, v in batches.epochs.items()},
         "params": {k: v.detach().tolist() for k, v in model.state_dict().items()},
         "high_water": strategy._sampled.high_water, "depth": DEPTH, "most_held": strategy._sampled.most_held,
+        "sampling_bytes": strategy.comm.ledger.get("intra", "sampling").bytes,
         "seeds": {str(k): v for k, v in batches.seeds.items()}, "batch_size": BATCH,
         "iterations": int(trainer.num_training_batches),
     }
