@@ -147,6 +147,9 @@ def test_bad_sampling_settings_are_refused_on_every_rank_before_a_step(tmp_path,
         "cob_fanout_length": r"fanout=\[15, 10, 5, 5\] has 4 entries but the model's 3 message-passing layers",
         "eas_fanout_length": r"eas_fanout=\[15, 10\] has 2 entries but eas_hops=1 expansion hops number 1",
         "mb_drop_last_empty": r"drop_last=True leaves no full batch of this graph's [\d,]+ training seeds",
+        "cob_over_budget": r"MemoryError: granndis: training in mode='cob' would need ~[\d,]+ MB per rank \(process .*"
+                           r"on rank \d, but the budget is 50 MB per rank.*lower batch_size or fanout",
+        "mb_over_budget": r"MemoryError: gnn_mb_base: training in mode='minibatch' would need ~[\d,]+ MB per rank",
     }
     import re
 

@@ -10,23 +10,25 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_granndis import comm
-from lightning_granndis.graph.cost_model import (
-    ModeChoice,
-    SubgraphSize,
-    available_memory,
-    choose_mode,
-    memory_bytes,
-)
+from lightning_granndis.graph.cost_model import ModeChoice, available_memory
 from lightning_granndis.graph.batch_norm import DistributedBatchNorm
-from lightning_granndis.graph.masking import OneHopMasking, degree_stats, message_passing_layers
+from lightning_granndis.graph.masking import OneHopMasking, message_passing_layers
 from lightning_granndis.graph.one_hop import OneHopGraph
 from lightning_granndis.graph.batch_schedule import check_batch_size, describe
 from lightning_granndis.graph.epoch_sampling import Batching, CoBatch, cob_epoch, cob_part, cob_steps, eas_epoch
 from lightning_granndis.graph.fanouts import check_fanout_type, resolve_fanouts
-from lightning_granndis.graph.plan import PlanConfig, server_assignment
+from lightning_granndis.graph.plan import PlanConfig
 from lightning_granndis.graph.quantise import quantised_exchange
-from lightning_granndis.graph.sampling import CSRGraph
-from lightning_granndis.graph.server_subgraph import expansion_subgraph, preloaded_subgraph
+from lightning_granndis.graph.training_plan import (
+    MemoryEstimate,
+    PlanRequest,
+    estimate_rank_memory,
+    measure_compute,
+    model_widths,
+    plan_training,
+    process_bytes,
+    refuse_unless_fits,
+)
 from lightning_granndis.graph.validation import validate_graph
 from lightning_granndis.graph.store import (
     GraphPart,
@@ -201,6 +203,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.share_sampling = share_sampling
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.choice: ModeChoice | None = None
+        #: this rank's estimated peak for its training shard (set before the first step)
+        self.memory_estimate: MemoryEstimate | None = None
         self.resolved_mode: str | None = None if mode == "auto" else mode
         self.last_eval: dict[str, float] = {}
         self._masking: OneHopMasking | None = None
@@ -349,9 +353,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             if key in self._shards:
                 return self._shards[key]
         t0 = time.perf_counter()
+        process = process_bytes()  # before the shard: a shard held in memory counts once
         shard = self._load_store(item) if store else self._build_in_memory(item, kind)
         self.shard_seconds[kind] = time.perf_counter() - t0
         rank_zero_info(f"granndis: {kind} shards ready in {self.shard_seconds[kind]:.1f}s")
+        if kind == "train":
+            self._check_memory(shard, process)
         self._shards = {own: shard}  # one graph at a time
         self._data = item
         return shard
@@ -408,82 +415,41 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
                           weighted=self.eas_sampling == "degree", batch_size=self.batch_size,
                           iterations=self.iterations, seed=self.seed, cache_dir=self.cache_dir, resample=self.resample)
 
+    def _plan_request(self, mode: str, features: int) -> PlanRequest:
+        topo = self.topology
+        return PlanRequest(mode=mode, servers=topo.servers, devices=topo.devices_per_server,
+                           widths=model_widths(self.lightning_module, features, self.num_layers),
+                           budget=self._budget(), eas_hops=self.eas_hops, eas_fanouts=tuple(self.eas_fanouts),
+                           weighted=self.eas_sampling == "degree", bandwidth_intra=self.link_model.bandwidth("intra"),
+                           bandwidth_inter=self.link_model.bandwidth("inter"), seed=self.seed, cache_dir=self.cache_dir)
+
     def _train_mode(self, data) -> str:
-        """The mode to train in: ``auto`` chooses from the cost model; ``flx`` is checked to fit."""
-        if self.mode not in ("auto", "flx"):
-            return self.mode
-        graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-        server_of = server_assignment(data.edge_index, data.num_nodes, self.topology.servers, data.train_mask,
-                                      self.seed, self.cache_dir)
-        if self.mode == "flx":
-            self._check_preload_fits(data, graph, server_of)
-            return "flx"
-        self.choice = self._choose(data, graph, server_of)
-        rank_zero_info(f"granndis: mode=auto chose {self.choice.reason}")
-        return self.choice.mode
+        """The mode to train in, from the graph layer's planner (``auto``'s choice said)."""
+        module, device = self.lightning_module, self.root_device
+        plan = plan_training(data, self._plan_request(self.mode, data.num_features),
+                             lambda: measure_compute(module, data, device))
+        self.choice = plan.choice
+        if plan.choice is not None:
+            rank_zero_info(f"granndis: {plan.reason}")
+        return plan.mode
 
     def _budget(self) -> int:
         if self.memory_budget_mb is not None:
             return int(self.memory_budget_mb * 2**20)
         return available_memory(self.root_device, self.num_processes)
 
-    def _hidden(self) -> int:
-        layers = message_passing_layers(self.lightning_module)
-        return max(int(getattr(layer, "out_channels", 64)) * int(getattr(layer, "heads", 1)) for layer in layers)
-
-    def _sizes(self, subgraphs) -> SubgraphSize:
-        G = self.topology.devices_per_server
-        return SubgraphSize(vertices=max(s.num_nodes for s in subgraphs) // G + 1,
-                            edges=max(int(s.edge_index.shape[1]) for s in subgraphs) // G + 1)
-
-    def _memory(self, size: SubgraphSize, data) -> int:
-        return memory_bytes(size, data.num_features, self._hidden(), self.num_layers)
-
-    def _check_preload_fits(self, data, graph: CSRGraph, server_of: torch.Tensor) -> None:
-        subs = [preloaded_subgraph(graph, (server_of == s).nonzero().flatten(), self.num_layers)
-                for s in range(self.topology.servers)]
-        need, budget = self._memory(self._sizes(subs), data), self._budget()
-        if need > budget:
-            raise ValueError(
-                f"mode='flx' would preload up to {max(s.num_nodes for s in subs):,} vertices per server "
-                f"(~{need / 2**30:.2f} GiB per device) but the budget is {budget / 2**30:.2f} GiB per device. "
-                "Use mode='eas' (sample only the expansion leaving each server) or mode='cob' (server-sized "
-                "co-batches), add servers, or raise memory_budget_mb."
-            )
-
-    def _choose(self, data, graph: CSRGraph, server_of: torch.Tensor) -> ModeChoice:
-        topo, S = self.topology, self.topology.servers
-        inner = [(server_of == s).nonzero().flatten() for s in range(S)]
-        flx = [preloaded_subgraph(graph, i, self.num_layers) for i in inner]
-        gen = torch.Generator().manual_seed(self.seed)
-        eas = [expansion_subgraph(graph, i, self.eas_hops, self.eas_fanouts, self.eas_sampling == "degree", gen)
-               for i in inner]
-        V, E = data.num_nodes, int(data.edge_index.shape[1])
-        per_vertex_bytes = 4 * self._hidden() * 2 * self.num_layers  # forward embeddings + backward gradients
-        return choose_mode(
-            V=V, E=E, servers=S, devices=topo.devices_per_server, C=self._measure_compute(data),
-            B_intra=self.link_model.bandwidth("intra") / per_vertex_bytes,
-            B_inter=self.link_model.bandwidth("inter") / per_vertex_bytes,
-            R_flx=sum(s.num_nodes for s in flx) / V, R_eas=sum(s.num_nodes for s in eas) / V,
-            flx_bytes=self._memory(self._sizes(flx), data), eas_bytes=self._memory(self._sizes(eas), data),
-            budget=self._budget(),
-        )
-
-    def _measure_compute(self, data, sample: int = 20000) -> float:
-        """``C`` in vertices/s: one forward + backward of the model on an induced subgraph."""
-        from torch_geometric.utils import subgraph
-
-        module = self.lightning_module
-        n = min(sample, data.num_nodes)
-        edge_index, _ = subgraph(torch.arange(n), data.edge_index, num_nodes=data.num_nodes)
-        x, edge_index = data.x[:n].to(self.root_device), edge_index.to(self.root_device)
-        module(x, edge_index).sum().backward()  # warm-up
-        t0 = time.perf_counter()
-        module(x, edge_index).sum().backward()
-        seconds = time.perf_counter() - t0
-        for p in module.parameters():
-            p.grad = None
-        return n / max(seconds, 1e-9)
+    def _check_memory(self, shard: RankShard, process: int) -> None:
+        """Every rank estimates what training its shard will hold; if any will not fit, every
+        rank refuses, naming the worst one, before a step."""
+        mode = self.resolved_mode or "full"
+        widths = model_widths(self.lightning_module, int(shard.eval.x.shape[1]), self.num_layers)
+        estimate = estimate_rank_memory(shard, mode, widths, self.fanouts, self.batching,
+                                        self.topology.devices_per_server, self.sampler_depth, process,
+                                        on_host=self.root_device.type == "cpu", seed=self.seed)
+        self.memory_estimate = estimate
+        refuse_unless_fits(comm.gather_objects(estimate), self._budget(), mode, self.strategy_name)
+        rank_zero_info(f"{self.strategy_name}: memory estimate {estimate.describe()}; budget "
+                       f"{self._budget() / 2**20:,.0f} MB per rank")
 
     # ------------------------------------------------------------------ halo exchange
     def _server_group(self):

@@ -24,6 +24,8 @@ CASES = {  # the model has 3 message-passing layers
     "cob_fanout_length": lambda: ServerAwareGNNStrategy(servers=2, mode="cob", fanout=[15, 10, 5, 5]),
     "eas_fanout_length": lambda: ServerAwareGNNStrategy(servers=2, mode="eas", eas_fanout=[15, 10]),
     "mb_drop_last_empty": lambda: MiniBatchBaselineStrategy(servers=2, batch_size=4096, drop_last=True),
+    "cob_over_budget": lambda: ServerAwareGNNStrategy(servers=2, mode="cob", memory_budget_mb=50),
+    "mb_over_budget": lambda: MiniBatchBaselineStrategy(servers=2, memory_budget_mb=50),
 }
 
 

@@ -1,0 +1,71 @@
+"""The graph layer's planner: mode choice and fit checks, and a rank's memory estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_granndis.graph.epoch_sampling import Batching
+from lightning_granndis.graph.plan import PlanConfig
+from lightning_granndis.graph.store import build_shards
+from lightning_granndis.graph.training_plan import (
+    MemoryEstimate,
+    ModelWidths,
+    PlanRequest,
+    batch_bytes,
+    estimate_rank_memory,
+    plan_training,
+    refuse_unless_fits,
+)
+
+WIDTHS = ModelWidths(features=32, hidden=16, layers=3)
+
+
+def request(mode, budget=2**40):
+    return PlanRequest(mode=mode, servers=2, devices=2, widths=WIDTHS, budget=budget)
+
+
+def test_flx_that_does_not_fit_is_refused_naming_the_modes_that_do(tiny):
+    with pytest.raises(ValueError, match=r"mode='flx' would preload .* budget is 0.00 GiB.*mode='eas'.*mode='cob'"):
+        plan_training(tiny.data, request("flx", budget=1000))
+    assert plan_training(tiny.data, request("flx")).mode == "flx"
+    assert plan_training(tiny.data, request("cob")).mode == "cob"
+
+
+def test_auto_chooses_from_the_cost_model_and_says_why(tiny):
+    plan = plan_training(tiny.data, request("auto"), measure_compute=lambda: 1e6)
+    assert plan.mode in ("flx", "eas") and plan.reason.startswith("mode=auto chose") and plan.choice is not None
+    assert plan_training(tiny.data, request("auto", budget=1000), measure_compute=lambda: 1e6).mode == "cob"
+
+
+def _shards(tiny, mode):
+    cfg = PlanConfig(mode=mode, servers=2, devices_per_server=2, hops=3)
+    return [sh for server in build_shards(tiny.data, cfg) for sh in server]
+
+
+@pytest.mark.parametrize("mode", ["cob", "minibatch"])
+def test_a_sampled_mode_s_estimate_follows_the_batch_not_the_epoch(tiny, mode):
+    shard = _shards(tiny, mode)[0]
+
+    def estimate(batch_size, fanouts=(5, 5, 5), depth=2):
+        return estimate_rank_memory(shard, mode, WIDTHS, list(fanouts), Batching(batch_size), 2, depth, process=0)
+
+    small, big = estimate(16), estimate(256)
+    assert small.shard == big.shard > 0  # the shard is what it is
+    assert small.batch_vertices < big.batch_vertices and small.batches < big.batches
+    assert estimate(64, depth=4).batches == pytest.approx(5 / 3 * estimate(64, depth=2).batches)
+    # fewer batches per epoch (bigger ones) cost more; the epoch's length itself costs nothing
+    assert estimate(64, fanouts=(1, 1, 1)).batch_vertices < estimate(64).batch_vertices
+
+
+def test_batch_bytes_count_features_only_for_the_owned_rows():
+    held, training = batch_bytes(1000, 400, 5000, WIDTHS)
+    assert held == 1000 * 41 + 5000 * 16
+    assert training == 400 * 4 * 32 + 5000 * 16 * 3 + 400 * 4 * 16 * 4 * 3
+
+
+def test_refusal_names_the_worst_rank_its_estimate_the_budget_and_a_fix():
+    estimates = [MemoryEstimate(100 * 2**20, 0, 0, 0), MemoryEstimate(100 * 2**20, 300 * 2**20, 10 * 2**20, 0)]
+    refuse_unless_fits(estimates, 500 * 2**20, "eas", "granndis")  # fits: nothing raised
+    with pytest.raises(MemoryError, match=r"mode='eas' would need ~410 MB per rank \(process 100 MB \+ shard 300 MB.*"
+                                          r"on rank 1, but the budget is 400 MB per rank.*mode='cob'"):
+        refuse_unless_fits(estimates, 400 * 2**20, "eas", "granndis")
