@@ -27,7 +27,9 @@ from lightning_granndis.graph.csr import csr_from_sorted_keys, sorted_keys
 @dataclass
 class CSRGraph:
     """In-neighbour lists: the neighbours of ``v`` are ``col[rowptr[v]:rowptr[v + 1]]``, i.e. the
-    sources ``u`` of edges ``u → v`` (PyG's ``source_to_target`` flow)."""
+    sources ``u`` of edges ``u → v`` (PyG's ``source_to_target`` flow). ``col`` is ``int32``
+    where the ids fit (half the bytes of the graph's largest array: at ogbn-products size 0.5 GB
+    instead of 1 GB per process that holds it); :meth:`neighbours` hands out ``int64`` ids."""
 
     rowptr: torch.Tensor
     col: torch.Tensor
@@ -38,6 +40,8 @@ class CSRGraph:
         src, dst = edge_index
         # neighbours in ascending order (a sort of dst * N + src) without an argsort's index array
         rowptr, col = csr_from_sorted_keys(sorted_keys(dst, src, num_nodes), num_nodes)
+        if num_nodes < 2**31 - 1:
+            col = col.to(torch.int32)
         return cls(rowptr, col, num_nodes)
 
     @property
@@ -58,7 +62,7 @@ class CSRGraph:
         owner = torch.repeat_interleave(torch.arange(len(vertices)), deg)
         # slot i of vertex k sits at starts[k] + (i - first slot of k): one gather of the shifts
         shift = (starts - (torch.cumsum(deg, 0) - deg))[owner]
-        return owner, self.col[shift.add_(torch.arange(owner.numel()))]
+        return owner, self.col[shift.add_(torch.arange(owner.numel()))].long()
 
 
 def _smallest_k_per_group(group: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:

@@ -220,15 +220,18 @@ def batch_bytes(vertices: int, owned: int, edges: int, widths: ModelWidths, lean
 
 def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[int], batching: Batching,
                          devices: int, depth: int, process: int, on_host: bool = True,
-                         seed: int = 0) -> MemoryEstimate:
+                         evaluates: bool = True, seed: int = 0) -> MemoryEstimate:
     """The most this rank will hold training its ``shard`` (a
     :class:`~lightning_granndis.graph.store.RankShard`) in ``mode``: ``process`` (what it held
     before the shard, :func:`process_bytes`), the shard's arrays, and for a sampled mode
     ``depth + 1`` batches held plus one batch training, each sized by sampling one batch now
     (``fanouts``, ``batching``) from the shard's source. ``on_host=False`` (a GPU): the device
-    holds the batches and training only."""
+    holds the batches and training only. ``evaluates``: the fit validates, reading the shard's
+    part of the exact evaluation split too (a store's is memory-mapped: untouched otherwise)."""
     seen: set[int] = set()
-    shard_bytes = _tensor_bytes(shard.source, seen) + _tensor_bytes(shard.eval, seen) + _tensor_bytes(shard.train, seen)
+    shard_bytes = _tensor_bytes(shard.source, seen) + _tensor_bytes(shard.train, seen)
+    if evaluates or shard.source is None:
+        shard_bytes += _tensor_bytes(shard.eval, seen)
     if not on_host:
         process = shard_bytes = 0
     if shard.source is None or mode == "eas":

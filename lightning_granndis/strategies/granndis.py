@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_granndis import comm
@@ -443,9 +444,11 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         rank refuses, naming the worst one, before a step."""
         mode = self.resolved_mode or "full"
         widths = model_widths(self.lightning_module, int(shard.eval.x.shape[1]), self.num_layers)
+        trainer = self.lightning_module.trainer
+        evaluates = trainer.limit_val_batches != 0 and is_overridden("validation_step", self.lightning_module)
         estimate = estimate_rank_memory(shard, mode, widths, self.fanouts, self.batching,
                                         self.topology.devices_per_server, self.sampler_depth, process,
-                                        on_host=self.root_device.type == "cpu", seed=self.seed)
+                                        on_host=self.root_device.type == "cpu", evaluates=evaluates, seed=self.seed)
         self.memory_estimate = estimate
         refuse_unless_fits(comm.gather_objects(estimate), self._budget(), mode, self.strategy_name)
         rank_zero_info(f"{self.strategy_name}: memory estimate {estimate.describe()}; budget "
@@ -532,8 +535,6 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         """Predictions for every vertex, in vertex order, the same on every rank: the module's
         ``predict_step`` (or, when it has none, ``module(batch.x, batch.edge_index)``) on the
         rank's part of the exact full-graph split, whose rows are ``batch.n_id``, gathered by id."""
-        from lightning.pytorch.utilities.model_helpers import is_overridden
-
         batch = args[0]
         self._activate(batch)
         module = self.lightning_module
