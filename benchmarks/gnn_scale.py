@@ -34,12 +34,12 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _launch import failure_reason, run_logged, worker_cmd
 from _results import save_results
 
 REPO = Path(__file__).parent.parent
@@ -54,7 +54,6 @@ SAMPLED = ("mb_base", "cob")
 EPOCHS = {"small": 10, "arxiv": 3, "arxiv4x": 2, "products": 1}
 SEEDS = {"small": 3, "arxiv": 3}
 LIMIT = {"arxiv": {"mb_base": 4}, "arxiv4x": {"mb_base": 4, "cob": 4}, "products": {"mb_base": 4, "cob": 4}}
-OOM_MARKERS = ("out of memory", "DefaultCPUAllocator: can't allocate memory", "MemoryError", "Cannot allocate memory")
 
 
 def peak_rss_mb() -> float:
@@ -182,38 +181,16 @@ def sampler(out: Path, dataset: str, batches: int = 5) -> None:
 
 
 # ---------------------------------------------------------------------------- driver
+def _refused(tail: str) -> bool:
+    return "refuse" in tail or "GraphStoreError" in tail or "does not fit" in tail or "ValueError" in tail
+
+
 def _run(cmd: list[str], log: Path, timeout: float) -> tuple[str, str]:
-    """Runs ``cmd``; returns (status, the log's tail)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with open(log, "w") as f:
-        try:
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-    tail = log.read_text()[-6000:]
-    if code == 0:
-        return "ok", tail
-    if code == "timeout":
-        return "timeout", tail
-    if code in (-9, 137) or "SIGKILL" in tail or "Signals.SIGKILL" in tail or any(m in tail for m in OOM_MARKERS):
-        return "oom", tail
-    if "refuse" in tail or "GraphStoreError" in tail or "does not fit" in tail or "ValueError" in tail:
-        return "refused", tail
-    return "failed", tail
-
-
-def _reason(tail: str) -> str:
-    lines = [ln.strip() for ln in tail.splitlines()
-             if ("Error" in ln or "refuse" in ln) and "ChildFailedError" not in ln and "errors.html" not in ln]
-    return (lines[-1] if lines else tail.strip().splitlines()[-1] if tail.strip() else "")[:300]
+    return run_logged(cmd, log, timeout, refused=_refused)
 
 
 def _worker_cmd(*args: str, nproc: int = 1) -> list[str]:
-    if nproc == 1:
-        return [sys.executable, __file__, "--worker", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", __file__,
-            "--worker", *args]
+    return worker_cmd(__file__, *args, nproc=nproc)
 
 
 def reusable(out: Path, dataset: str, row: str) -> bool:
@@ -251,7 +228,7 @@ def partition(preset: str, row: str, tmp: Path, reuse: bool = False) -> dict:
     status, tail = _run(cmd, tmp / f"{preset}_{row}_partition.log", timeout=3600)
     result = {"status": status, "store": str(out), "wall_s": time.perf_counter() - t0}
     if status != "ok":
-        result["reason"] = _reason(tail)
+        result["reason"] = failure_reason(tail)
         return result
     manifest = json.loads((out / "manifest.json").read_text())
     result.update(partition_s=manifest["partition_seconds"], partition_peak_rss_mb=manifest["partition_peak_rss_mb"],
@@ -287,7 +264,7 @@ def run_row(preset: str, row: str, tmp: Path, store: str | None) -> dict:
               flush=True)
         status, tail = _run(_worker_cmd(*args, nproc=n), out / "log.txt", timeout=3600)
         if status != "ok":
-            return {"status": status, "reason": _reason(tail)}
+            return {"status": status, "reason": failure_reason(tail)}
         per_seed.append(summarise([json.loads((out / f"rank{r}.json").read_text()) for r in range(n)], bool(limit)))
     result = {"status": "ok", **per_seed[0], "seeds": len(per_seed)}
     accs = [s["test_acc"] for s in per_seed if s["test_acc"] is not None]
@@ -328,7 +305,7 @@ def run_preset(preset: str, tmp: Path, rows: tuple[str, ...] = ROWS, sampler_too
         out.mkdir(exist_ok=True)
         status, tail = _run(_worker_cmd("sampler", str(out), dataset), out / "log.txt", timeout=3600)
         res["sampler"] = json.loads((out / "rank0.json").read_text()) if status == "ok" else {"status": status,
-                                                                                             "reason": _reason(tail)}
+                                                                                             "reason": failure_reason(tail)}
         res["sampler_speedup"] = res["sampler"].get("sampler_speedup")
     if manifest_info:
         res["num_nodes"], res["num_edges"] = manifest_info["num_nodes"], manifest_info["num_edges"]
