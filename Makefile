@@ -27,6 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/graph_data.py
 	$(BIN)/python benchmarks/gnn.py
 	$(BIN)/python benchmarks/gnn_scale.py
+	$(BIN)/python benchmarks/gnn_minibatch.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/pipe_bd.py --epochs 10
 	$(BIN)/python benchmarks/vrd.py --epochs 10

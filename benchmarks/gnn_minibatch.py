@@ -52,7 +52,7 @@ HIDDEN, LAYERS, FANOUTS, BATCH = 64, 3, [15, 10, 5], 1024
 SYSTEMS = ("pyg", "pyg_ddp", "gnn_mb_base", "granndis_cob", "cob_eas", "flx", "eas")
 STORE_MODE = {"gnn_mb_base": "minibatch", "granndis_cob": "cob", "cob_eas": "cob", "flx": "flx", "eas": "eas"}
 #: training seconds each run gets, per preset
-BUDGET_S = {"tiny": 8, "small": 30, "arxiv": 120, "arxiv4x": 180, "products": 300}
+BUDGET_S = {"tiny": 8, "small": 30, "arxiv": 300, "arxiv4x": 300, "products": 240}
 #: snapshots per epoch of a sampled system (full-batch systems: one every few epochs)
 SNAPSHOTS_PER_EPOCH = {"tiny": 2, "small": 4, "arxiv": 6, "arxiv4x": 4, "products": 3}
 #: what is not run where, and why (decided from earlier measurements, never to flatter a row)
