@@ -55,12 +55,20 @@ def test_a_sampled_mode_s_estimate_follows_the_batch_not_the_epoch(tiny, mode):
     assert estimate(64, depth=4).batches == pytest.approx(5 / 3 * estimate(64, depth=2).batches)
     # fewer batches per epoch (bigger ones) cost more; the epoch's length itself costs nothing
     assert estimate(64, fanouts=(1, 1, 1)).batch_vertices < estimate(64).batch_vertices
+    # on a host the heap keeps about one more batch's training unless freed memory is released
+    assert small.retained == small.training > 0
+    assert small.released().total == small.total - small.retained
+    on_gpu = estimate_rank_memory(shard, mode, WIDTHS, [5, 5, 5], Batching(16), 2, 2, process=0, on_host=False)
+    assert on_gpu.retained == 0 and on_gpu.shard == 0
 
 
 def test_batch_bytes_count_features_only_for_the_owned_rows():
     held, training = batch_bytes(1000, 400, 5000, WIDTHS)
     assert held == 1000 * 41 + 5000 * 16
-    assert training == 400 * 4 * 32 + 5000 * 16 * 3 + 400 * 4 * 16 * 4 * 3
+    per_row = 32 + (32 + 2 * 16) + 6 * 16 * 3  # features, each layer's input, six values per output
+    assert training == 400 * 4 * per_row + 5000 * 16 * 3
+    # rows fetched from other ranks: received and as many served
+    assert batch_bytes(1000, 400, 5000, WIDTHS, fetched=100)[1] == training + 2 * 100 * 4 * 32
 
 
 def test_refusal_names_the_worst_rank_its_estimate_the_budget_and_a_fix():

@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lightning_granndis import comm
+from lightning_granndis.host_memory import release_freed_memory
 from lightning_granndis.graph.cost_model import ModeChoice, available_memory
 from lightning_granndis.graph.batch_norm import DistributedBatchNorm
 from lightning_granndis.graph.masking import OneHopMasking, message_passing_layers
@@ -29,6 +30,7 @@ from lightning_granndis.graph.training_plan import (
     plan_training,
     process_bytes,
     refuse_unless_fits,
+    release_needed,
 )
 from lightning_granndis.graph.validation import validate_graph
 from lightning_granndis.graph.store import (
@@ -118,6 +120,10 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         halo_bits: quantise halo messages to 2, 4 or 8 bits (AdaQP-style; default off).
         memory_budget_mb: per-device memory budget for the mode checks (default: 80% of the GPU,
             or of free RAM shared by the local ranks).
+        release_host_memory: in CoB and MB_base on a host, hold glibc's mmap threshold fixed so a
+            batch's freed tensors leave the process (:mod:`lightning_granndis.host_memory`):
+            ``None`` (default) when the memory estimate would not fit the budget otherwise (each
+            batch's pages are then faulted in afresh: slower), ``True`` always, ``False`` never.
         resample: ``"once"`` (default; the paper's EAS) or ``"epoch"``: EAS draws a fresh
             expansion every epoch.
         sampler_depth: most (co-)batches the background producer builds ahead (default 2); at most
@@ -159,6 +165,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         store_checksum: bool = True,
         halo_bits: int | None = None,
         memory_budget_mb: float | None = None,
+        release_host_memory: bool | None = None,
         seed: int = 0,
         cache_dir: str | None = None,
         link_model: Any = "granndis_paper",
@@ -203,6 +210,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.resample, self.sampler_depth, self.store_checksum = resample, sampler_depth, store_checksum
         self.share_sampling = share_sampling
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
+        self.release_host_memory = release_host_memory
         self.choice: ModeChoice | None = None
         #: this rank's estimated peak for its training shard (set before the first step)
         self.memory_estimate: MemoryEstimate | None = None
@@ -448,11 +456,21 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         evaluates = trainer.limit_val_batches != 0 and is_overridden("validation_step", self.lightning_module)
         estimate = estimate_rank_memory(shard, mode, widths, self.fanouts, self.batching,
                                         self.topology.devices_per_server, self.sampler_depth, process,
-                                        on_host=self.root_device.type == "cpu", evaluates=evaluates, seed=self.seed)
+                                        on_host=self.root_device.type == "cpu", evaluates=evaluates, seed=self.seed,
+                                        world=self.world_size)
+        gathered = comm.gather_objects((estimate, self._budget()))
+        # one budget (the tightest rank's) and one decision (the worst rank's): all ranks train alike
+        estimates, budget = [e for e, _ in gathered], min(b for _, b in gathered)
+        worst = max(estimates, key=lambda e: e.total)
+        if release_needed(worst, budget, self.release_host_memory):
+            release_freed_memory()  # batch after batch, each of another size: let freed ones go
+            estimate, estimates = estimate.released(), [e.released() for e in estimates]
+            rank_zero_info(f"{self.strategy_name}: freed batch memory goes back to the system "
+                           "(release_host_memory; slower steps, memory that follows the batch)")
         self.memory_estimate = estimate
-        refuse_unless_fits(comm.gather_objects(estimate), self._budget(), mode, self.strategy_name)
+        refuse_unless_fits(estimates, budget, mode, self.strategy_name)
         rank_zero_info(f"{self.strategy_name}: memory estimate {estimate.describe()}; budget "
-                       f"{self._budget() / 2**20:,.0f} MB per rank")
+                       f"{budget / 2**20:,.0f} MB per rank")
 
     # ------------------------------------------------------------------ halo exchange
     def _server_group(self):
