@@ -206,8 +206,7 @@ def worker(out: Path, system: str, dataset: str, store: str, budget_s: float, sn
         estimate = getattr(strategy, "memory_estimate", None)
         record["memory_estimate_mb"] = estimate.total / 2**20 if estimate is not None else None
         record["memory_estimate"] = estimate.describe() if estimate is not None else None
-        record["released_host_memory"] = estimate is not None and estimate.retained == 0 and system in (
-            "gnn_mb_base", "granndis_cob", "cob_eas")
+        record["released_host_memory"] = strategy.host_memory_released
         record["shard_s"] = strategy.shard_seconds.get("train")
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 

@@ -211,6 +211,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.share_sampling = share_sampling
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.release_host_memory = release_host_memory
+        #: whether freed batch memory goes back to the system in this fit (decided before the first step)
+        self.host_memory_released = False
         self.choice: ModeChoice | None = None
         #: this rank's estimated peak for its training shard (set before the first step)
         self.memory_estimate: MemoryEstimate | None = None
@@ -462,8 +464,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         # one budget (the tightest rank's) and one decision (the worst rank's): all ranks train alike
         estimates, budget = [e for e, _ in gathered], min(b for _, b in gathered)
         worst = max(estimates, key=lambda e: e.total)
-        if release_needed(worst, budget, self.release_host_memory):
-            release_freed_memory()  # batch after batch, each of another size: let freed ones go
+        # batch after batch, each of another size: let freed ones go (where the C library can)
+        self.host_memory_released = release_needed(worst, budget, self.release_host_memory) and release_freed_memory()
+        if self.host_memory_released:
             estimate, estimates = estimate.released(), [e.released() for e in estimates]
             rank_zero_info(f"{self.strategy_name}: freed batch memory goes back to the system "
                            "(release_host_memory; slower steps, memory that follows the batch)")
