@@ -16,7 +16,7 @@ from helpers import torchrun
 from lightning_granndis.datamodules.ogb import OGBNodeDataModule
 from lightning_granndis.graph.epoch_sampling import BoundedProducer, epoch_generator
 
-NAMES = ["cob", "mb", "eas_epoch", "cob_unshared"]
+NAMES = ["cob", "mb", "eas_epoch", "cob_unshared", "cob_trim", "mb_trim"]
 
 
 def test_generator_streams_differ_by_epoch_and_stream_and_repeat_for_the_same_triple():
@@ -167,3 +167,16 @@ def test_a_server_samples_each_co_batch_once_and_trains_as_if_every_device_had(r
         for key, value in alone["first"]["params"].items():
             assert torch.allclose(torch.tensor(shared["first"]["params"][key]), torch.tensor(value), atol=1e-6), key
         assert shared["first"]["sampling_bytes"] > 0 and alone["first"]["sampling_bytes"] == 0
+
+
+@pytest.mark.parametrize("name", ["cob", "mb"])
+def test_trimmed_layers_train_as_untrimmed(runs, name):
+    """trim_layers: layer k computes only the rows within L - 1 - k hops; the seeds' outputs, so
+    the losses and the training, are those of the masked untrimmed layers (dropout 0, no norm)."""
+    for trimmed, whole in zip(runs[f"{name}_trim"], runs[name]):
+        assert trimmed["first"]["layers_trimmed"] and not whole["first"]["layers_trimmed"]  # auto: fits untrimmed
+        assert trimmed["first"]["trimmed_steps"] == 3 * trimmed["first"]["iterations"] and not whole["first"]["trimmed_steps"]
+        assert trimmed["first"]["batches"] == whole["first"]["batches"]
+        for key, value in whole["first"]["params"].items():
+            assert torch.allclose(torch.tensor(trimmed["first"]["params"][key]), torch.tensor(value),
+                                  atol=1e-5), key

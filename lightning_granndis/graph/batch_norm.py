@@ -32,8 +32,9 @@ from torch import nn
 #: normalisations over a whole graph's rows that no per-row split reproduces (PyG's names)
 GRAPH_WIDE_NORMS = ("GraphNorm", "InstanceNorm", "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm", "GraphSizeNorm")
 
-#: what a batch-norm call needs: the local rows that count ``[n]`` bool, and a sum over the group
-NormContext = tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
+#: what a batch-norm call needs: the local rows that count ``[n]`` bool (``None``: all of them),
+#: and a sum over the group
+NormContext = tuple[torch.Tensor | None, Callable[[torch.Tensor], torch.Tensor]]
 
 
 def batch_norm_over_rows(bn: nn.BatchNorm1d, x: torch.Tensor, counted: torch.Tensor,
@@ -98,6 +99,8 @@ def _make_forward(owner: DistributedBatchNorm, original):
         if ctx is None or x.dim() != 2:
             return original(layer, x)
         counted, reduce = ctx
+        if counted is None:  # every row counts
+            counted = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)
         if counted.shape[0] != x.shape[0]:
             raise ValueError(
                 f"{type(layer).__name__} got {x.shape[0]} rows, but the rank holds {counted.shape[0]} vertices: under a "

@@ -181,6 +181,7 @@ def minibatch_epoch(source: SamplingSource, rank: int, world_size: int, fanouts:
         graph = OneHopGraph(n_owned=sub.num_nodes, n_id=sub.n_id, edge_index=sub.edge_index,
                             send_index=torch.empty(0, dtype=torch.long), send_splits=[0] * world_size,
                             recv_splits=[0] * world_size, hop=sub.hop, seed=sub.seed, exact_hops=hops,
+                            halo_hop=torch.empty(0, dtype=torch.long),
                             meta={"scope": "none", "purpose": "halo", "iteration": it, "epoch": epoch})
         part = _part(source, graph, int(sub.seed.sum()) * world_size / max(1, hi - lo))
         part.graph.meta["owner"] = source.owner[part.graph.n_id]

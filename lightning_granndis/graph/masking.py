@@ -10,6 +10,11 @@
 
 and the layer's output is cut back to the owned rows. The user's model never sees the halo.
 
+With ``trim_layers`` (sampled batches, PyG's ``trim_to_layer``) rows are dropped instead of
+zeroed: layer ``k`` of ``L`` reads the rows within ``L - k`` hops of the seeds and computes those
+within ``L - 1 - k``, so a batch's activations shrink hop by hop (its last hop is most of its
+vertices) and the seeds' outputs are unchanged.
+
 GCN's symmetric normalisation :math:`\\hat{A} = D^{-1/2}(A + I)D^{-1/2}` needs every vertex's
 *global* degree, which a device's local graph does not have: for ``GCNConv`` the hook passes edge
 weights computed from the global degrees and switches the layer's own normalisation off for that
@@ -117,11 +122,17 @@ class OneHopMasking:
             :class:`~lightning_granndis.graph.lean_aggregation.SparseAggregate` (saves only the
             graph for backward) and, where the conv takes a pair, compute only the owned rows
             (default ``True``; needs ``sparse_aggregation``).
+        trim_layers: on graphs that allow it (:meth:`OneHopGraph.trimmable`: sampled batches),
+            layer ``k`` reads only the rows within ``L - k`` hops and computes only those within
+            ``L - 1 - k`` (PyG's ``trim_to_layer``): the rows between layers shrink hop by hop,
+            the seeds' outputs are the same, and the last layer's output is padded back to a row
+            per vertex with zeros. Needs one call per layer, in order, each fed the previous
+            layer's output (default ``False``).
     """
 
     def __init__(self, module: nn.Module, exchange: Exchange, num_layers: int | None = None,
                  degree_stats: torch.Tensor | None = None, sparse_aggregation: bool = True,
-                 lean_aggregation: bool = True) -> None:
+                 lean_aggregation: bool = True, trim_layers: bool = False) -> None:
         self.layers = message_passing_layers(module)
         self.index = {id(layer): k for k, layer in enumerate(self.layers)}
         self.num_layers = num_layers or len(self.layers)
@@ -130,6 +141,9 @@ class OneHopMasking:
         self.graph: OneHopGraph | None = None
         self._masks: list[torch.Tensor | None] = []
         self.sparse_aggregation, self.lean_aggregation = sparse_aggregation, lean_aggregation
+        # trimming follows a model whose layers are the L hops (one call each, in order)
+        self.trim_layers = trim_layers and self.num_layers == len(self.layers)
+        self._trim: bool = False
         self._handles = []
         for layer in self.layers:
             self._handles.append(layer.register_forward_pre_hook(self._before, with_kwargs=True))
@@ -140,6 +154,14 @@ class OneHopMasking:
         if graph is not self.graph:
             self.graph = graph
             self._masks = graph.input_masks(self.num_layers) if graph is not None else []
+            self._trim = self.trim_layers and graph is not None and graph.trimmable()
+
+    def set_trim(self, on: bool) -> bool:
+        """Trims layers from now on (see ``trim_layers``); returns whether it applies: the model
+        must have one message-passing layer per hop."""
+        self.trim_layers = bool(on) and self.num_layers == len(self.layers)
+        self._trim = self.trim_layers and self.graph is not None and self.graph.trimmable()
+        return self.trim_layers
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -153,28 +175,37 @@ class OneHopMasking:
             return None
         args, kwargs = list(args), dict(kwargs)
         x = args[0] if args else kwargs.pop("x")
-        if not isinstance(x, torch.Tensor) or x.shape[0] != graph.n_owned:
+        k = self.index[id(layer)]
+        trim = graph.layer_trim(k) if self._trim else None
+        if not isinstance(x, torch.Tensor) or (x.shape[0] != graph.n_owned if trim is None else x.shape[0] < trim.n_in):
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            rows = (f"one tensor of {graph.n_owned} rows" if trim is None else
+                    f"one tensor of at least {trim.n_in} rows (trim_layers: the previous layer's output)")
             raise ValueError(
                 f"{type(layer).__name__} got x of shape {got}; under a GNN strategy every message-passing layer "
-                f"must receive the rank's vertex features as one tensor of {graph.n_owned} rows (bipartite tuples "
-                "are not supported)."
+                f"must receive the rank's vertex features as {rows} (bipartite tuples are not supported)."
             )
-        k = self.index[id(layer)]
-        mask = self._masks[k] if k < len(self._masks) else None
-        if mask is not None:
-            x = x.masked_fill(mask.unsqueeze(-1), 0.0)
-        halo = self.exchange(x[graph.send_index], graph)
+        plan, n_dst = graph, graph.n_owned
+        if trim is not None:  # the rows beyond the layer's hops are the ones a mask would zero
+            x, plan, n_dst = x[: trim.n_in], trim.plan, trim.n_out
+        else:
+            mask = self._masks[k] if k < len(self._masks) else None
+            if mask is not None:
+                x = x.masked_fill(mask.unsqueeze(-1), 0.0)
+        halo = self.exchange(x[plan.send_index], plan)
         edge_index, weight = self._layer_edges(layer, args, kwargs, graph, k)
+        if trim is not None:
+            edge_index, weight = self._trimmed_edges(graph, trim, edge_index, weight)
         lean = None
         if self.sparse_aggregation and supports_sparse_aggregation(layer, x.device) and not _extra_inputs(args, kwargs):
             lean = lean_kind(layer) if self.lean_aggregation else "csr"
-        if lean == "paired":  # owned and halo rows stay apart: only the owned rows come out
+        if lean == "paired":  # owned and halo rows stay apart: only the computed owned rows come out
+            n_src = x.shape[0]
             adjacency = self._adjacency(graph, edge_index, weight, lean, x.dtype,
-                                        lambda: LeanAdjacency.build(edge_index, graph.n_owned,
-                                                                    [graph.n_owned, halo.shape[0]], weight, x.dtype))
+                                        lambda: LeanAdjacency.build(edge_index, n_dst, [n_src, halo.shape[0]],
+                                                                    weight, x.dtype))
             layer.message_and_aggregate = lean_message_and_aggregate(layer, adjacency, [x, halo])
-            x, edge_index, weight = (x, x), adjacency.adj, None
+            x, edge_index, weight = (x, x[:n_dst]), adjacency.adj, None
         else:
             x = torch.cat([x, halo], 0)
             n = x.shape[0]
@@ -199,6 +230,15 @@ class OneHopMasking:
             args[2:] = []
             kwargs["edge_weight"] = weight.to(x.dtype)
         return tuple(args), kwargs
+
+    @staticmethod
+    def _trimmed_edges(graph: OneHopGraph, trim, edge_index: torch.Tensor, weight: torch.Tensor | None):
+        """``edge_index`` and ``weight`` re-indexed to ``trim``'s rows, once per graph and edges."""
+        cache = graph.__dict__.setdefault("_trimmed_edges", {})
+        key = (id(trim), id(edge_index), None if weight is None else id(weight))
+        if key not in cache:
+            cache[key] = trim.edges(graph, edge_index, weight)
+        return cache[key]
 
     @staticmethod
     def _adjacency(graph: OneHopGraph, edge_index: torch.Tensor, weight: torch.Tensor | None, kind: str,
@@ -252,7 +292,15 @@ class OneHopMasking:
         if not isinstance(output, torch.Tensor):
             raise ValueError(f"{type(layer).__name__} returned {type(output).__name__}; under a GNN strategy "
                              "message-passing layers must return one tensor (no attention weights).")
-        return output[: graph.n_owned]
+        if not self._trim:
+            return output[: graph.n_owned]
+        k = self.index[id(layer)]
+        output = output[: graph.layer_trim(k).n_out]
+        if k == len(self.layers) - 1 and output.shape[0] < graph.n_owned:
+            # a row per vertex again, as the batch's masks and labels index it (the padding is not
+            # a seed: losses and predictions never read it)
+            output = torch.cat([output, output.new_zeros(graph.n_owned - output.shape[0], *output.shape[1:])])
+        return output
 
 
 def _extra_inputs(args: list, kwargs: dict) -> bool:

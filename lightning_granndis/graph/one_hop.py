@@ -14,7 +14,7 @@ ranks, with the halo exchanged among all of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -38,6 +38,8 @@ class OneHopGraph:
         seed: ``[n_owned]`` owned vertices whose outputs count (loss, predictions).
         exact_hops: ``L`` when the subgraph holds every ``L``-hop dependency (masks apply), else
             ``None`` (a sampled approximation: no masking).
+        halo_hop: ``[n_halo]`` hop distance of each halo row (what :meth:`layer_trim` needs to
+            cut the halo per layer); ``None`` where unknown (no trimming).
     """
 
     n_owned: int
@@ -50,6 +52,7 @@ class OneHopGraph:
     seed: torch.Tensor
     exact_hops: int | None = None
     meta: dict = field(default_factory=dict)
+    halo_hop: torch.Tensor | None = None
 
     @property
     def n_halo(self) -> int:
@@ -79,10 +82,79 @@ class OneHopGraph:
             cache[(k, num_layers)] = self.edge_index if bool(keep.all()) else self.edge_index[:, keep]
         return cache[(k, num_layers)]
 
+    def trimmable(self) -> bool:
+        """Whether :meth:`layer_trim` applies: an exact graph whose owned rows, and each peer's
+        block of halo rows, come in hop order (sampled batches and co-batches do), so the rows a
+        layer still needs are a prefix of each."""
+        if self.exact_hops is None or (self.halo_hop is None and self.n_halo):
+            return False
+        blocks = [self.hop, *(self.halo_hop.split(self.recv_splits) if self.n_halo else [])]
+        return all(b.numel() < 2 or bool((b[1:] >= b[:-1]).all()) for b in blocks)
+
+    def layer_trim(self, k: int) -> "LayerTrim":
+        """Layer ``k``'s (0-based) rows when layers are trimmed (PyG's ``trim_to_layer``): it reads
+        the rows within ``L - k`` hops (owned and halo) and computes the owned rows within
+        ``L - 1 - k`` hops, whose outputs are exact; the rest would be masked anyway. Needs
+        :meth:`trimmable`."""
+        cache = self.__dict__.setdefault("_trims", {})
+        if k not in cache:
+            cache[k] = LayerTrim.build(self, k)
+        return cache[k]
+
     def to(self, device: torch.device | str) -> "OneHopGraph":
         move = {name: getattr(self, name).to(device) for name in ("n_id", "edge_index", "send_index", "hop", "seed")}
         return OneHopGraph(self.n_owned, send_splits=self.send_splits, recv_splits=self.recv_splits,
-                           exact_hops=self.exact_hops, meta=self.meta, **move)
+                           exact_hops=self.exact_hops, meta=self.meta,
+                           halo_hop=None if self.halo_hop is None else self.halo_hop.to(device), **move)
+
+
+@dataclass
+class LayerTrim:
+    """One layer's rows under trimming (see :meth:`OneHopGraph.layer_trim`).
+
+    Attributes:
+        n_in: owned rows the layer reads (a prefix: hop ``<= L - k``).
+        n_out: owned rows it computes (hop ``<= L - 1 - k``).
+        plan: the graph with this layer's send/receive plan (each peer's block cut to its rows
+            within ``L - k`` hops), what the halo exchange is handed.
+        halo_map: ``[n_halo]`` each halo row's position among the rows received, ``-1`` if not.
+    """
+
+    n_in: int
+    n_out: int
+    plan: OneHopGraph
+    halo_map: torch.Tensor
+
+    @classmethod
+    def build(cls, graph: OneHopGraph, k: int) -> "LayerTrim":
+        reach = graph.exact_hops - k
+        n_in, n_out = int((graph.hop <= reach).sum()), int((graph.hop <= reach - 1).sum())
+        sends = [b[graph.hop[b] <= reach] for b in graph.send_index.split(graph.send_splits)]
+        halo_map = torch.full((graph.n_halo,), -1, dtype=torch.long, device=graph.hop.device)
+        recv, start, kept = [], 0, 0
+        for size in graph.recv_splits:
+            count = int((graph.halo_hop[start:start + size] <= reach).sum()) if size else 0
+            halo_map[start:start + count] = torch.arange(kept, kept + count, device=halo_map.device)
+            recv.append(count)
+            start, kept = start + size, kept + count
+        send_index = torch.cat(sends) if sends else graph.send_index
+        plan = replace(graph, send_index=send_index, send_splits=[int(b.numel()) for b in sends], recv_splits=recv)
+        return cls(n_in, n_out, plan, halo_map)
+
+    def edges(self, graph: OneHopGraph, edge_index: torch.Tensor, weight: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``edge_index`` (local ids of ``graph``) into the layer's computed rows, re-indexed to
+        its rows: the owned rows read, then the halo rows received."""
+        src, dst = edge_index
+        keep = dst < self.n_out
+        src, dst = src[keep], dst[keep]
+        halo = src >= graph.n_owned
+        moved = src.clone()
+        moved[halo] = self.n_in + self.halo_map[src[halo] - graph.n_owned]
+        if bool(((moved >= self.n_in) & ~halo).any()) or bool((halo & (moved < self.n_in)).any()):
+            raise ValueError("a trimmed layer's edge reads a row beyond its hops: the graph's rows are not in "
+                             "hop order (trim_layers needs sampled batches as the sampler builds them).")
+        return torch.stack([moved, dst]), None if weight is None else weight[keep]
 
 
 class OneHopSplit:
@@ -142,7 +214,7 @@ class OneHopSplit:
             n_owned=int(self.owned[p].numel()), n_id=self.n_id[rows], edge_index=torch.stack([local[s], local[d]]),
             send_index=torch.cat(sends) if sends else torch.empty(0, dtype=torch.long),
             send_splits=send_splits, recv_splits=recv, hop=self.hop[self.owned[p]], seed=self.seed[self.owned[p]],
-            exact_hops=self.exact_hops,
+            exact_hops=self.exact_hops, halo_hop=self.hop[halo],
         )
 
 

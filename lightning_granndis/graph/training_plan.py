@@ -163,6 +163,9 @@ class MemoryEstimate:
     batch_vertices: int = 0
     batch_edges: int = 0
     retained: int = 0
+    #: ``training`` with trimmed layers (a sampled mode; ``0``: not possible)
+    training_trimmed: int = 0
+    layers_trimmed: bool = False
 
     @property
     def total(self) -> int:
@@ -172,6 +175,14 @@ class MemoryEstimate:
         """The estimate when freed batches leave the process."""
         return replace(self, retained=0)
 
+    def trimmed(self) -> "MemoryEstimate":
+        """The estimate with trimmed layers (``trim_layers``): a batch's training follows the
+        rows each layer computes; the heap keeps about one batch of that."""
+        if not self.training_trimmed:
+            return self
+        return replace(self, training=self.training_trimmed, layers_trimmed=True,
+                       retained=self.training_trimmed if self.retained else 0)
+
     def describe(self) -> str:
         parts = (f"process {self.process / MiB:,.0f} MB + shard {self.shard / MiB:,.0f} MB + batches "
                  f"{self.batches / MiB:,.0f} MB + training {self.training / MiB:,.0f} MB")
@@ -179,7 +190,19 @@ class MemoryEstimate:
             parts += f" + heap-retained {self.retained / MiB:,.0f} MB"
         if self.batch_vertices:
             parts += f"; one batch ~{self.batch_vertices:,} vertices, {self.batch_edges:,} edges"
+        if self.layers_trimmed:
+            parts += "; layers trimmed"
         return f"~{self.total / MiB:,.0f} MB per rank ({parts})"
+
+
+def trim_needed(estimate: MemoryEstimate, budget: int, asked: bool | None) -> bool:
+    """Whether to trim layers (a sampled mode only). ``asked``: the user's ``True`` / ``False``;
+    ``None`` (auto): only when the untrimmed estimate, the heap's keep included, would not fit
+    ``budget`` (trimming is tried before releasing memory: it makes steps faster, not slower;
+    it stays opt-in otherwise, since a model that combines rows across layers must then slice)."""
+    if not estimate.training_trimmed:
+        return False
+    return asked if asked is not None else estimate.total > budget
 
 
 def release_needed(estimate: MemoryEstimate, budget: int, asked: bool | None) -> bool:
@@ -240,6 +263,29 @@ def batch_bytes(vertices: int, owned: int, edges: int, widths: ModelWidths, lean
     return held, training
 
 
+def trimmed_training_bytes(owned: int, layer_rows: list[int], layer_edges: list[int], widths: ModelWidths,
+                           fetched: int = 0) -> int:
+    """What training one batch part adds with trimmed layers: its features (every row: the first
+    layer reads them all), per layer ``k`` for the ``layer_rows[k]`` rows it computes the
+    aggregated input and about six values per output channel (as :func:`batch_bytes`), its
+    ``layer_edges[k]`` edges' sparse adjacency and transpose, the last output padded back to a row
+    per vertex (and its gradient), and the rows fetched from other ranks."""
+    w = widths
+    values = owned * w.features + 2 * owned * w.hidden
+    for k, rows in enumerate(layer_rows):
+        values += rows * ((w.features if k == 0 else w.hidden) + 6 * w.hidden)
+    return 4 * values + 16 * sum(layer_edges) + 2 * fetched * 4 * w.features
+
+
+def _layer_counts(hop: torch.Tensor, edge_index: torch.Tensor, layers: int, parts: int) -> tuple[list[int], list[int]]:
+    """Rows and edges each trimmed layer computes over (layer ``k``: targets within ``L - 1 - k``
+    hops), per part of ``parts``."""
+    dst_hop = hop[edge_index[1]]
+    rows = [int((hop <= layers - 1 - k).sum()) // parts + 1 for k in range(layers)]
+    edges = [int((dst_hop <= layers - 1 - k).sum()) // parts + 1 for k in range(layers)]
+    return rows, edges
+
+
 def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[int], batching: Batching,
                          devices: int, depth: int, process: int, on_host: bool = True,
                          evaluates: bool = True, seed: int = 0, world: int = 1) -> MemoryEstimate:
@@ -271,6 +317,7 @@ def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[in
         sub = sampled_subgraph(source.csr, seeds, fanouts, len(fanouts), generator=generator)
         vertices, owned, edges = sub.num_nodes, sub.num_nodes, int(sub.edge_index.shape[1])
         fetched = vertices * (world - 1) // max(world, 1)
+        layer_rows, layer_edges = _layer_counts(sub.hop, sub.edge_index, len(fanouts), 1)
     else:
         count = min(devices * batching.batch_size, source.seeds.numel())
         seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=generator)[:count]]
@@ -278,9 +325,11 @@ def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[in
         # a device's part: its share of the co-batch's vertices plus the halo it receives
         vertices, edges = sub.num_nodes // devices + 1, int(sub.edge_index.shape[1]) // devices + 1
         owned, fetched = vertices, 0
+        layer_rows, layer_edges = _layer_counts(sub.hop, sub.edge_index, len(fanouts), devices)
     held, training = batch_bytes(vertices, owned, edges, widths, fetched=fetched)
+    trimmed = trimmed_training_bytes(owned, layer_rows, layer_edges, widths, fetched)
     retained = training if on_host else 0
-    return MemoryEstimate(process, shard_bytes, (depth + 1) * held, training, vertices, edges, retained)
+    return MemoryEstimate(process, shard_bytes, (depth + 1) * held, training, vertices, edges, retained, trimmed)
 
 
 def refuse_unless_fits(estimates: list[MemoryEstimate], budget: int, mode: str, strategy: str) -> None:
@@ -301,6 +350,8 @@ def refuse_unless_fits(estimates: list[MemoryEstimate], budget: int, mode: str, 
         "flx": "use mode='cob' or mode='eas', or add servers",
         "full": "use granndis (mode='cob') or gnn_mb_base, or add ranks",
     }.get(mode, "choose a sampled mode (cob) or add servers")
+    if estimate.training_trimmed and not estimate.layers_trimmed:
+        fix = "set trim_layers=True (each layer computes only the rows it still needs), " + fix
     raise MemoryError(
         f"{strategy}: training in mode={mode!r} would need {estimate.describe()} on rank {worst}, but the budget is "
         f"{budget / MiB:,.0f} MB per rank (memory_budget_mb, default 80% of free memory shared by the local ranks). "

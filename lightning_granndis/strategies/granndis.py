@@ -31,6 +31,7 @@ from lightning_granndis.graph.training_plan import (
     process_bytes,
     refuse_unless_fits,
     release_needed,
+    trim_needed,
 )
 from lightning_granndis.graph.validation import validate_graph
 from lightning_granndis.graph.store import (
@@ -124,6 +125,13 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             batch's freed tensors leave the process (:mod:`lightning_granndis.host_memory`):
             ``None`` (default) when the memory estimate would not fit the budget otherwise (each
             batch's pages are then faulted in afresh: slower), ``True`` always, ``False`` never.
+        trim_layers: in CoB and MB_base, layer ``k`` of ``L`` computes only the rows within
+            ``L - 1 - k`` hops of the seeds (PyG's ``trim_to_layer``; the seeds' outputs are the
+            same, a batch's activations shrink hop by hop): ``None`` (default) when the memory
+            estimate would not fit the budget otherwise, ``True`` always, ``False`` never. The rows
+            passed between layers then shrink too: a model that adds or concatenates rows across
+            layers (residuals, jumping knowledge) must slice them (``x[:h.size(0)] + h``); the
+            last layer's output has a row per vertex again (zeros past the seeds' hops).
         resample: ``"once"`` (default; the paper's EAS) or ``"epoch"``: EAS draws a fresh
             expansion every epoch.
         sampler_depth: most (co-)batches the background producer builds ahead (default 2); at most
@@ -166,6 +174,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         halo_bits: int | None = None,
         memory_budget_mb: float | None = None,
         release_host_memory: bool | None = None,
+        trim_layers: bool | None = None,
         seed: int = 0,
         cache_dir: str | None = None,
         link_model: Any = "granndis_paper",
@@ -211,6 +220,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         self.share_sampling = share_sampling
         self.memory_budget_mb, self.seed, self.cache_dir = memory_budget_mb, seed, cache_dir
         self.release_host_memory = release_host_memory
+        self.trim_layers = trim_layers
+        #: whether CoB / MB_base layers are trimmed in this fit (decided before the first step)
+        self.layers_trimmed = False
         #: whether freed batch memory goes back to the system in this fit (decided before the first step)
         self.host_memory_released = False
         self.choice: ModeChoice | None = None
@@ -274,7 +286,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
             return None  # the rank's own mini-batch: BatchNorm1d as it is
         if mode == "cob":
             group = self._server_group()
-            counted = torch.ones(graph.n_owned, dtype=torch.bool)
+            counted = None  # every row the layer computed (with trimmed layers: fewer at each layer)
         else:
             group, counted = None, graph.seed
         return counted, lambda t: self.comm.all_reduce_autograd(t, "other", group)
@@ -464,6 +476,12 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         # one budget (the tightest rank's) and one decision (the worst rank's): all ranks train alike
         estimates, budget = [e for e, _ in gathered], min(b for _, b in gathered)
         worst = max(estimates, key=lambda e: e.total)
+        self.layers_trimmed = self._masking.set_trim(trim_needed(worst, budget, self.trim_layers))
+        if self.layers_trimmed:
+            estimate, estimates = estimate.trimmed(), [e.trimmed() for e in estimates]
+            worst = max(estimates, key=lambda e: e.total)
+            rank_zero_info(f"{self.strategy_name}: layers trimmed (trim_layers): layer k of {self.num_layers} computes "
+                           f"only the rows within {self.num_layers} - 1 - k hops of the seeds")
         # batch after batch, each of another size: let freed ones go (where the C library can)
         self.host_memory_released = release_needed(worst, budget, self.release_host_memory) and release_freed_memory()
         if self.host_memory_released:

@@ -4,7 +4,8 @@ each batch held (a digest of its global vertex ids) per epoch for two runs with 
 run resumed from the first epoch's checkpoint, the final parameters of each, and the producer's
 high-water mark.
 
-usage: gnn_sampling.py OUT DATA_ROOT NAME[,NAME...]   (NAME = cob | cob_unshared | mb | eas_epoch)
+usage: gnn_sampling.py OUT DATA_ROOT NAME[,NAME...]
+       (NAME = cob | cob_unshared | cob_trim | mb | mb_trim | eas_epoch; *_trim: trim_layers=True)
 """
 
 import hashlib
@@ -31,6 +32,7 @@ class Batches(Callback):
     def __init__(self):
         self.epochs: dict[int, list[str]] = {}
         self.seeds: dict[int, list[int]] = {}
+        self.trimmed_steps = 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         key = int(batch.granndis_key)
@@ -40,6 +42,9 @@ class Batches(Callback):
         seeds = int(trainer.strategy._parts[key].masks["train_mask"].sum())
         self.seeds.setdefault(trainer.current_epoch, []).append(seeds)
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.trimmed_steps += int(trainer.strategy._masking._trim)  # the step's graph was trimmed
+
 
 def strategy_for(name):
     common = dict(servers=2, link_model="10gbe", batch_size=BATCH, sampler_depth=DEPTH)
@@ -47,7 +52,9 @@ def strategy_for(name):
         "cob": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], **common),
         "cob_unshared": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], share_sampling=False, **common),
         "eas_epoch": lambda: ServerAwareGNNStrategy(mode="eas", resample="epoch", **common),
+        "cob_trim": lambda: ServerAwareGNNStrategy(mode="cob", fanout=[5, 4, 3], trim_layers=True, **common),
         "mb": lambda: MiniBatchBaselineStrategy(fanout=[5, 4, -1], **common),
+        "mb_trim": lambda: MiniBatchBaselineStrategy(fanout=[5, 4, -1], trim_layers=True, **common),
     }[name]()
 
 
@@ -72,7 +79,8 @@ def fit(name, ckpt_dir=None, resume=None):
         "high_water": strategy._sampled.high_water, "depth": DEPTH, "most_held": strategy._sampled.most_held,
         "sampling_bytes": strategy.comm.ledger.get("intra", "sampling").bytes,
         "seeds": {str(k): v for k, v in batches.seeds.items()}, "batch_size": BATCH,
-        "iterations": int(trainer.num_training_batches),
+        "iterations": int(trainer.num_training_batches), "layers_trimmed": strategy.layers_trimmed,
+        "trimmed_steps": batches.trimmed_steps,
     }
 
 
