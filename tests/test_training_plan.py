@@ -15,6 +15,8 @@ from lightning_granndis.graph.training_plan import (
     estimate_rank_memory,
     plan_training,
     refuse_unless_fits,
+    trim_needed,
+    trimmed_training_bytes,
 )
 
 WIDTHS = ModelWidths(features=32, hidden=16, layers=3)
@@ -77,3 +79,34 @@ def test_refusal_names_the_worst_rank_its_estimate_the_budget_and_a_fix():
     with pytest.raises(MemoryError, match=r"mode='eas' would need ~410 MB per rank \(process 100 MB \+ shard 300 MB.*"
                                           r"on rank 1, but the budget is 400 MB per rank.*mode='cob'"):
         refuse_unless_fits(estimates, 400 * 2**20, "eas", "granndis")
+
+
+@pytest.mark.parametrize("mode", ["cob", "minibatch"])
+def test_trimmed_layers_estimate_less_and_switch_on_only_where_needed(tiny, mode):
+    shard = _shards(tiny, mode)[0]
+    estimate = estimate_rank_memory(shard, mode, WIDTHS, [5, 5, 5], Batching(64), 2, 2, process=0)
+    trimmed = estimate.trimmed()
+    assert 0 < trimmed.training < estimate.training and trimmed.layers_trimmed
+    assert trimmed.retained == trimmed.training  # the heap keeps about one (smaller) batch
+    assert "layers trimmed" in trimmed.describe() and "layers trimmed" not in estimate.describe()
+    assert trim_needed(estimate, estimate.total - 1, None) and not trim_needed(estimate, estimate.total, None)
+    assert trim_needed(estimate, 2**40, True) and not trim_needed(estimate, 1, False)
+    # a mode with nothing to trim (EAS: one whole server subgraph) never trims
+    eas = estimate_rank_memory(_shards(tiny, "eas")[0], "eas", WIDTHS, [5, 5, 5], Batching(64), 2, 2, process=0)
+    assert not trim_needed(eas, 1, True) and eas.trimmed() == eas
+
+
+def test_trimmed_training_bytes_follow_the_rows_each_layer_computes():
+    # 1000 rows, layers computing 300, 40 and 5 of them over 900, 120 and 15 edges
+    got = trimmed_training_bytes(1000, [300, 40, 5], [900, 120, 15], WIDTHS)
+    values = 1000 * 32 + 2 * 1000 * 16 + 300 * (32 + 6 * 16) + (40 + 5) * (16 + 6 * 16)
+    assert got == 4 * values + 16 * (900 + 120 + 15)
+
+
+def test_refusal_suggests_trimming_where_it_is_not_on():
+    untrimmed = MemoryEstimate(0, 0, 0, 900 * 2**20, training_trimmed=100 * 2**20)
+    with pytest.raises(MemoryError, match="trim_layers=True"):
+        refuse_unless_fits([untrimmed], 50 * 2**20, "cob", "granndis")
+    with pytest.raises(MemoryError) as error:
+        refuse_unless_fits([untrimmed.trimmed()], 50 * 2**20, "cob", "granndis")
+    assert "trim_layers" not in str(error.value) and "layers trimmed" in str(error.value)
