@@ -65,3 +65,29 @@ def test_missing_real_dataset_says_where_to_put_it(tmp_path):
         OGBNodeDataModule("ogbn-nope", root=str(tmp_path)).prepare_data()
     with pytest.raises(ValueError, match="Unknown synthetic graph"):
         OGBNodeDataModule("synthetic-huge")
+
+
+def _prepare_and_count(root, queue):
+    try:
+        dm = OGBNodeDataModule("synthetic-tiny", root=root)
+        dm.prepare_data()
+        dm.setup()
+        queue.put(dm.data.num_nodes)
+    except BaseException as error:  # reported to the test, not lost in a child
+        queue.put(repr(error))
+
+
+def test_ranks_preparing_one_fresh_root_at_once_all_get_the_whole_graph(tmp_path):
+    """Under torchrun every rank may call prepare_data: one generates and processes, the others
+    wait (they once read half-written files: pandas' EmptyDataError)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    procs = [context.Process(target=_prepare_and_count, args=(str(tmp_path), queue)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert got == [PRESETS["tiny"].num_nodes] * 4

@@ -32,6 +32,20 @@ MEMORY = {
 
 
 @contextlib.contextmanager
+def _exclusive(lock: Path):
+    """Holds an exclusive lock on the file ``lock`` (processes on one machine, or sharing a file
+    system that supports ``flock``)."""
+    import fcntl
+
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def _reading_ogb():
     """Around ogb's own reading code. ogb 1.3.6 calls ``torch.load`` bare. Since torch 2.6 that is
     a weights-only load, which refuses PyG's ``Data``; we allow exactly PyG's data classes, and
@@ -124,10 +138,17 @@ class OGBNodeDataModule(pl.LightningDataModule):
     def _dataset(self):
         from ogb.nodeproppred import PygNodePropPredDataset
 
-        meta = self._meta()
-        if meta is None:
-            self._check_present()
-        with _reading_ogb():
+        # generation and OGB's processing write files others would read half-written (every rank
+        # may call prepare_data, e.g. under torchrun): one process prepares, the others wait
+        self.root.mkdir(parents=True, exist_ok=True)
+        with _exclusive(self.root / f".{self.dataset_dir.name}.lock"):
+            meta = self._meta()
+            if meta is None:
+                self._check_present()
+            if not self.processed_file().exists():
+                with _reading_ogb():
+                    return PygNodePropPredDataset(name=self.name, root=str(self.root), meta_dict=meta)
+        with _reading_ogb():  # prepared: read without holding the others up
             return PygNodePropPredDataset(name=self.name, root=str(self.root), meta_dict=meta)
 
     def prepare_data(self) -> None:
