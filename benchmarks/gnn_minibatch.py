@@ -207,6 +207,7 @@ def worker(out: Path, system: str, dataset: str, store: str, budget_s: float, sn
         record["memory_estimate_mb"] = estimate.total / 2**20 if estimate is not None else None
         record["memory_estimate"] = estimate.describe() if estimate is not None else None
         record["released_host_memory"] = strategy.host_memory_released
+        record["layers_trimmed"] = strategy.layers_trimmed
         record["shard_s"] = strategy.shard_seconds.get("train")
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
@@ -315,6 +316,7 @@ def run_system(preset: str, system: str, tmp: Path, seed: int) -> dict:
         batch_wait_frac=max(r["batch_wait_s"] / max(r["train_s"], 1e-9) for r in ranks),
         memory_estimate_mb=max(estimates) if estimates else None,
         memory_estimate=first.get("memory_estimate"), released_host_memory=first.get("released_host_memory"),
+        layers_trimmed=first.get("layers_trimmed"),
         curve=evaluate(dataset, out, first["snapshots"]),
     )
     best = max(result["curve"], key=lambda p: p["test_acc"])
@@ -366,7 +368,7 @@ def report(results: dict) -> str:
                 f"| {r['steps_per_epoch']} | {r['steps']} | {r['peak_rss_mb']:,.0f} | "
                 f"{r['peak_rss_mb'] / one:.2f} | {f'{est:,.0f}' if est else ''} | {ratio} | "
                 f"{r['batch_wait_frac'] * 100:.1f} % | {r['setup_s']:.0f} | "
-                f"{'freed batch memory released (release_host_memory)' if r.get('released_host_memory') else ''} |"
+                f"{_notes(r)} |"
                 if one else "")
         ratios = rows.get("_ratios", {})
         if ratios:
@@ -374,6 +376,12 @@ def report(results: dict) -> str:
                                                                 for k, v in ratios.items()), ""]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _notes(row: dict) -> str:
+    notes = (["layers trimmed (trim_layers)"] if row.get("layers_trimmed") else []) + \
+        (["freed batch memory released (release_host_memory)"] if row.get("released_host_memory") else [])
+    return "; ".join(notes)
 
 
 def plot(results: dict, path: Path) -> None:
