@@ -210,6 +210,11 @@ def worker(out: Path, system: str, dataset: str, store: str, budget_s: float, sn
         record["layers_trimmed"] = strategy.layers_trimmed
         record["shard_s"] = strategy.shard_seconds.get("train")
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+    if nproc > 1:  # leave the process group cleanly (a rank torn down at exit can abort)
+        from lightning_granndis import comm
+
+        comm.barrier()
+        comm.destroy()
 
 
 # ---------------------------------------------------------------------------- evaluation (this process)

@@ -115,6 +115,7 @@ def test_resumed_from_epoch_checkpoint_equals_uninterrupted(runs, name):
 def test_producer_never_holds_more_than_its_depth(runs, name):
     for rank in runs[name]:
         assert 1 <= rank["first"]["high_water"] <= rank["first"]["depth"]
+        assert rank["first"]["producer_stopped"]  # no sampling thread outlives the fit
 
 
 @pytest.mark.parametrize("name", ["cob", "mb"])

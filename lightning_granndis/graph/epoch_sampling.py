@@ -263,6 +263,7 @@ class BoundedProducer:
         finally:
             self.close()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops the producer after the item it is building; waits up to ``timeout`` seconds."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)

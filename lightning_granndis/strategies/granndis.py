@@ -264,6 +264,8 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
 
     @override
     def teardown(self) -> None:
+        if self._sampled is not None:  # a fit stopped mid-epoch leaves the producer sampling
+            self._sampled.close()
         if self._masking is not None:
             self._masking.remove()
             self._masking = None

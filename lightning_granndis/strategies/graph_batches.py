@@ -148,6 +148,13 @@ class SampledBatches:
             self.position.given += 1
             yield rank_batch(part, key)
 
+    def close(self, timeout: float = 120.0) -> None:
+        """Stops the producer and waits for the batch it is building (a thread left sampling
+        when the interpreter exits can abort the process)."""
+        if self.producer is not None:
+            self.producer.close(timeout)
+            self.producer = None
+
     def trained(self, key: int) -> None:
         """Batch ``key`` is about to train: every batch fetched before it is finished with."""
         if key not in self._keys:

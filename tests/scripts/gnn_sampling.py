@@ -76,6 +76,7 @@ def fit(name, ckpt_dir=None, resume=None):
     return trainer, {
         "batches": {str(k): v for k, v in batches.epochs.items()},
         "params": {k: v.detach().tolist() for k, v in model.state_dict().items()},
+        "producer_stopped": strategy._sampled.producer is None,  # teardown stopped the sampling thread
         "high_water": strategy._sampled.high_water, "depth": DEPTH, "most_held": strategy._sampled.most_held,
         "sampling_bytes": strategy.comm.ledger.get("intra", "sampling").bytes,
         "seeds": {str(k): v for k, v in batches.seeds.items()}, "batch_size": BATCH,
