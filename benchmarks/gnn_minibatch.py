@@ -12,7 +12,8 @@ rank per step:
   ``DistributedSampler`` over the training seeds; every rank loads the whole graph;
 - ``gnn_mb_base``, ``granndis_cob``, ``cob_eas`` (CoB with ``cob_sampling="eas"``), ``flx``,
   ``eas``: 4 ranks = 2 virtual servers x 2 devices, each reading its own shard of a graph store
-  written once by ``granndis partition``.
+  written once by ``granndis partition``; the sampled ones with ``trim_layers=True`` (all alike:
+  left to ``None`` each trims only where its own estimate would not fit untrimmed).
 
 Every run trains for a wall-clock budget (``BUDGET_S``, counted from its first training batch:
 set-up and shard loading are reported apart), saving the weights every few steps with the
