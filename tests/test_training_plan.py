@@ -110,3 +110,13 @@ def test_refusal_suggests_trimming_where_it_is_not_on():
     with pytest.raises(MemoryError) as error:
         refuse_unless_fits([untrimmed.trimmed()], 50 * 2**20, "cob", "granndis")
     assert "trim_layers" not in str(error.value) and "layers trimmed" in str(error.value)
+
+
+def test_a_cob_eas_estimate_counts_the_inner_edges_it_keeps(tiny):
+    shard = _shards(tiny, "cob")[0]
+
+    def estimate(keep_inner):
+        return estimate_rank_memory(shard, "cob", WIDTHS, [2, 2, 2], Batching(32), 2, 2, process=0,
+                                    keep_inner=keep_inner)
+
+    assert estimate(True).batch_edges > estimate(False).batch_edges

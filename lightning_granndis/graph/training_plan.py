@@ -288,7 +288,8 @@ def _layer_counts(hop: torch.Tensor, edge_index: torch.Tensor, layers: int, part
 
 def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[int], batching: Batching,
                          devices: int, depth: int, process: int, on_host: bool = True,
-                         evaluates: bool = True, seed: int = 0, world: int = 1) -> MemoryEstimate:
+                         evaluates: bool = True, seed: int = 0, world: int = 1,
+                         keep_inner: bool = False) -> MemoryEstimate:
     """The most this rank will hold training its ``shard`` (a
     :class:`~lightning_granndis.graph.store.RankShard`) in ``mode``: ``process`` (what it held
     before the shard, :func:`process_bytes`), the shard's arrays, and for a sampled mode
@@ -297,7 +298,8 @@ def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[in
     holds the batches and training only. ``evaluates``: the fit validates, reading the shard's
     part of the exact evaluation split too (a store's is memory-mapped: untouched otherwise).
     ``world``: ranks an MB_base batch's features are fetched from (all but this rank's share).
-    A sampled mode on a host also gets ``retained``, the heap's keep (:func:`release_needed`)."""
+    A sampled mode on a host also gets ``retained``, the heap's keep (:func:`release_needed`).
+    ``keep_inner`` (CoB-EAS): the co-batch keeps every edge among the server's inner vertices."""
     seen: set[int] = set()
     shard_bytes = _tensor_bytes(shard.source, seen) + _tensor_bytes(shard.train, seen)
     if evaluates or shard.source is None:
@@ -321,7 +323,11 @@ def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[in
     else:
         count = min(devices * batching.batch_size, source.seeds.numel())
         seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=generator)[:count]]
-        sub = sampled_subgraph(source.csr, seeds, fanouts, len(fanouts), generator=generator)
+        inside = None
+        if keep_inner:
+            inside = torch.zeros(source.csr.num_nodes, dtype=torch.bool)
+            inside[source.inner] = True
+        sub = sampled_subgraph(source.csr, seeds, fanouts, len(fanouts), generator=generator, inside=inside)
         # a device's part: its share of the co-batch's vertices plus the halo it receives
         vertices, edges = sub.num_nodes // devices + 1, int(sub.edge_index.shape[1]) // devices + 1
         owned, fetched = vertices, 0

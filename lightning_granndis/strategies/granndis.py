@@ -473,7 +473,7 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
         estimate = estimate_rank_memory(shard, mode, widths, self.fanouts, self.batching,
                                         self.topology.devices_per_server, self.sampler_depth, process,
                                         on_host=self.root_device.type == "cpu", evaluates=evaluates, seed=self.seed,
-                                        world=self.world_size)
+                                        world=self.world_size, keep_inner=self.cob_sampling == "eas")
         gathered = comm.gather_objects((estimate, self._budget()))
         # one budget (the tightest rank's) and one decision (the worst rank's): all ranks train alike
         estimates, budget = [e for e, _ in gathered], min(b for _, b in gathered)
