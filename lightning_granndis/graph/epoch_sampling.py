@@ -60,6 +60,14 @@ def _part(source: SamplingSource, graph: OneHopGraph, weight: float, train: torc
     return GraphPart(graph, None, source.y[owned], masks, degree, weight, gather=gather)
 
 
+def inner_mask(source: SamplingSource) -> torch.Tensor:
+    """``[N]`` bool (the source's local ids): the server's inner vertices, whose edges among
+    themselves CoB-EAS keeps whole."""
+    inside = torch.zeros(source.csr.num_nodes, dtype=torch.bool)
+    inside[source.inner] = True
+    return inside
+
+
 @dataclass(frozen=True)
 class Batching:
     """How an epoch's seeds are cut into steps (:mod:`~lightning_granndis.graph.batch_schedule`).
@@ -120,10 +128,7 @@ def cob_epoch(source: SamplingSource, server: int, device: int, devices: int, wo
     seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=epoch_generator(seed, epoch, server))]
     bounds = batch_bounds(seeds.numel(), per_step, steps, batching.iterations)
     totals = step_totals(source.seed_counts, per_step, steps, batching.iterations)
-    inside = None
-    if keep_inner:
-        inside = torch.zeros(source.csr.num_nodes, dtype=torch.bool)
-        inside[source.inner] = True
+    inside = inner_mask(source) if keep_inner else None
     for it, (lo, hi) in enumerate(bounds):
         if it < start:
             continue

@@ -141,9 +141,7 @@ class OneHopMasking:
         self.graph: OneHopGraph | None = None
         self._masks: list[torch.Tensor | None] = []
         self.sparse_aggregation, self.lean_aggregation = sparse_aggregation, lean_aggregation
-        # trimming follows a model whose layers are the L hops (one call each, in order)
-        self.trim_layers = trim_layers and self.num_layers == len(self.layers)
-        self._trim: bool = False
+        self.set_trim(trim_layers)
         self._handles = []
         for layer in self.layers:
             self._handles.append(layer.register_forward_pre_hook(self._before, with_kwargs=True))
@@ -158,7 +156,7 @@ class OneHopMasking:
 
     def set_trim(self, on: bool) -> bool:
         """Trims layers from now on (see ``trim_layers``); returns whether it applies: the model
-        must have one message-passing layer per hop."""
+        must have one message-passing layer per hop (one call each, in order)."""
         self.trim_layers = bool(on) and self.num_layers == len(self.layers)
         self._trim = self.trim_layers and self.graph is not None and self.graph.trimmable()
         return self.trim_layers

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from lightning_granndis.graph.cost_model import ModeChoice, SubgraphSize, choose_mode, memory_bytes
-from lightning_granndis.graph.epoch_sampling import Batching, epoch_generator
+from lightning_granndis.graph.epoch_sampling import Batching, epoch_generator, inner_mask
 from lightning_granndis.graph.plan import server_assignment
 from lightning_granndis.graph.sampling import CSRGraph
 from lightning_granndis.graph.server_subgraph import expansion_subgraph, preloaded_subgraph, sampled_subgraph
@@ -323,11 +323,8 @@ def estimate_rank_memory(shard, mode: str, widths: ModelWidths, fanouts: list[in
     else:
         count = min(devices * batching.batch_size, source.seeds.numel())
         seeds = source.seeds[torch.randperm(source.seeds.numel(), generator=generator)[:count]]
-        inside = None
-        if keep_inner:
-            inside = torch.zeros(source.csr.num_nodes, dtype=torch.bool)
-            inside[source.inner] = True
-        sub = sampled_subgraph(source.csr, seeds, fanouts, len(fanouts), generator=generator, inside=inside)
+        sub = sampled_subgraph(source.csr, seeds, fanouts, len(fanouts), generator=generator,
+                               inside=inner_mask(source) if keep_inner else None)
         # a device's part: its share of the co-batch's vertices plus the halo it receives
         vertices, edges = sub.num_nodes // devices + 1, int(sub.edge_index.shape[1]) // devices + 1
         owned, fetched = vertices, 0
