@@ -115,15 +115,16 @@ def verify_set(checkpoint: str | os.PathLike, checksum: bool = True) -> Checkpoi
     return found
 
 
-def newest_complete(directory: str | os.PathLike, checksum: bool = True) -> tuple[CheckpointSet | None,
-                                                                                    list[tuple[Path, str]]]:
-    """The newest (highest step, then newest record) set in ``directory`` that verifies, and the
-    ``(checkpoint, reason)`` of every newer one skipped. ``None`` when no set verifies."""
+def newest_complete(directory: str | os.PathLike, checksum: bool = True, prefix: str = ""
+                    ) -> tuple[CheckpointSet | None, list[tuple[Path, str]]]:
+    """The newest (highest step, then newest record) set in ``directory`` whose name starts with
+    ``prefix`` that verifies, and the ``(checkpoint, reason)`` of every newer one skipped. ``None``
+    when no set verifies."""
     directory = Path(directory)
     if not directory.is_dir():
         return None, []
     records = []
-    for path in directory.glob(f"*{SUFFIX}"):
+    for path in directory.glob(f"{prefix}*{SUFFIX}"):
         checkpoint = path.with_name(path.name[: -len(SUFFIX)])
         try:
             found, _ = read_set(checkpoint)

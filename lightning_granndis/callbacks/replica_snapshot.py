@@ -43,6 +43,8 @@ class ReplicaSnapshot(ResumableCheckpoint):
         every_n_train_steps: steps between snapshots (default 1: at most one step lost).
     """
 
+    resume_prefix = ""  # the folder holds nothing else
+
     def __init__(self, dirpath: str, every_n_train_steps: int = 1) -> None:
         super().__init__(dirpath=dirpath, every_n_train_steps=every_n_train_steps, keep=1, checksum=False)
         self.base = Path(dirpath)
@@ -119,11 +121,11 @@ class ReplicaSnapshot(ResumableCheckpoint):
         )
 
     @override
-    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+    def _write_resume_set(self, trainer: pl.Trainer, path: str) -> None:
         with trainer.strategy.writing_on_every_server():
-            super()._save_checkpoint(trainer, filepath)
+            super()._write_resume_set(trainer, path)
             if trainer.strategy.writes_checkpoint_files:
-                self._drop_older_snapshots(Path(filepath))
+                self._drop_older_snapshots(Path(path))
 
     @staticmethod
     def _drop_older_snapshots(newest: Path) -> None:
@@ -135,9 +137,9 @@ class ReplicaSnapshot(ResumableCheckpoint):
                 path.unlink(missing_ok=True)
 
     @override
-    def _remove_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+    def _delete_set(self, trainer: pl.Trainer, path: str) -> None:
         with trainer.strategy.writing_on_every_server():
-            super()._remove_checkpoint(trainer, filepath)
+            super()._delete_set(trainer, path)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -151,4 +153,5 @@ class ReplicaSnapshot(ResumableCheckpoint):
 
             state_dict = {key: here(value) for key, value in state_dict.items()}
             state_dict["best_k_models"] = {here(k): v for k, v in state_dict.get("best_k_models", {}).items()}
+            state_dict["resume_sets"] = [here(p) for p in state_dict.get("resume_sets", [])]
         super().load_state_dict(state_dict)

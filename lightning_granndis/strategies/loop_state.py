@@ -1,4 +1,5 @@
-"""Checkpoints taken as an epoch ends resume at the next epoch's start.
+"""Checkpoints taken as an epoch ends resume at the next epoch's start; what else a resumed run
+needs from its checkpoint that Lightning's does not keep.
 
 Lightning 2.6 resumes a checkpoint saved after an epoch's last batch (``every_n_train_steps``
 landing on it) or in ``on_train_epoch_end`` as "restarted mid-epoch" / "restarted on epoch end".
@@ -17,6 +18,8 @@ hooks and gives the sampler the right epoch. Mid-epoch checkpoints are left as t
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 _COUNTERS = ("ready", "started", "processed", "completed")
 
@@ -58,3 +61,36 @@ def settle_epoch_end(checkpoint: dict[str, Any]) -> bool:
         loop_state = fit.setdefault("epoch_loop.state_dict", {})
         loop_state["_batches_that_stepped"] = loop_state.get("_batches_that_stepped", 0) + 1
     return True
+
+
+def settle_epoch_start(checkpoint: dict[str, Any]) -> None:
+    """Rewrites, in place, the fit loop's state of a checkpoint taken once an epoch is wholly over
+    (at the next epoch's start, before its hooks, or as training ends) into that of the next epoch's
+    start: every finished epoch counted, no batch of the next one begun."""
+    fit = (checkpoint.get("loops") or {}).get("fit_loop")
+    if not isinstance(fit, dict):
+        return
+    epochs, batches = fit.get("epoch_progress"), fit.get("epoch_loop.batch_progress")
+    if not isinstance(epochs, dict) or not isinstance(batches, dict):
+        return
+    for scope in ("total", "current"):  # the next epoch is made ready at its start, not yet begun
+        epochs[scope].update(dict.fromkeys(_COUNTERS, epochs[scope]["completed"]))
+    batches["total"]["completed"] = batches["total"]["processed"]
+    batches["current"] = dict.fromkeys(_COUNTERS, 0)
+    batches["is_last_batch"] = False
+
+
+def unsaved_trainer_state(trainer: Any) -> dict[str, Any]:
+    """What the trainer holds that its checkpoint does not: the metrics callbacks last saw
+    (``EarlyStopping`` and ``ModelCheckpoint`` compare against them) and whether it was told to
+    stop. Tensors and plain values (loadable weights-only)."""
+    metrics = {key: value.detach().cpu().clone() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+               for key, value in trainer.callback_metrics.items()}
+    return {"callback_metrics": metrics, "should_stop": bool(trainer.should_stop)}
+
+
+def restore_unsaved_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
+    device = trainer.strategy.root_device
+    trainer._logger_connector._callback_metrics.update(
+        {key: value.to(device) for key, value in state.get("callback_metrics", {}).items()})
+    trainer.should_stop = trainer.should_stop or bool(state.get("should_stop", False))

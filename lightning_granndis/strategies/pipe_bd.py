@@ -219,7 +219,8 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             return self.runner.loads_data(self.lightning_module.trainer.training)
 
         if self.lightning_module.trainer.training:
-            dataloader = resumable(dataloader)
+            epoch = self.lightning_module.trainer.fit_loop.epoch_progress.current.processed
+            dataloader = resumable(dataloader, epoch=epoch)
         self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 

@@ -120,7 +120,7 @@ def resumable(loader: Any, epoch: int | None = None) -> Any:
     loader already, a user's own loader class, an iterable) is returned as it is. ``epoch``: the
     epoch its sampler is set to before any iterator is made (the resumed epoch)."""
     if epoch is not None:
-        from lightning.pytorch.loops.utilities import _set_sampler_epoch
+        from lightning.fabric.utilities.data import _set_sampler_epoch
 
         _set_sampler_epoch(loader, epoch)
     if type(loader) is not DataLoader:

@@ -18,7 +18,7 @@ from lightning_granndis import checkpoint_sets, comm, random_state
 from lightning_granndis.link_model import LinkModel
 from lightning_granndis.strategies.checkpoint_io import SafeCheckpointIO
 from lightning_granndis.strategies.loop_state import settle_epoch_end
-from lightning_granndis.strategies.resumable_loader import resumable
+from lightning_granndis.strategies.resumable_loader import ResumableDataLoader, resumable
 from lightning_granndis.topology import ServerTopology
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         self.topology: ServerTopology | None = None
         self.comm: comm.Communicator | None = None
         self._failure_watch: comm.FailureWatch | None = None
+        self._eval_loaders: list = []  # fit's validation loaders with persistent workers (see keep_eval_loader)
 
     @property
     def link_model(self) -> LinkModel:
@@ -143,6 +144,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
             # Several processes share the cores: one intra-op pool each, or they thrash (3-7x slower).
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.num_processes)))
         super().setup_environment()
+        self._eval_loaders = []  # this run's (a trainer per fit, or several fits of one)
         self.topology = self.build_topology()
         comm.server_groups(self.topology)
         if self._link_model.reference is not None:
@@ -215,8 +217,9 @@ class ServerAwareDDPStrategy(DDPStrategy):
 
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
-        # every rank's generators (dropout masks, sampling): a resumed run draws what this one would
-        checkpoint["rank_random_states"] = comm.gather_objects(random_state.capture(self.root_device))
+        # every rank's generators (dropout masks, sampling) and evaluation loaders' workers: a resumed
+        # run draws what this one would
+        checkpoint["rank_random_states"] = comm.gather_objects(self.rank_resume_state())
         if self.writes_checkpoint_files:
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
         self.commit_checkpoint(checkpoint, filepath)
@@ -246,16 +249,54 @@ class ServerAwareDDPStrategy(DDPStrategy):
         settle_epoch_end(checkpoint)  # Lightning 2.6 miscounts a resumed epoch end (see loop_state)
         states = checkpoint.get("rank_random_states")
         if states and len(states) == self.world_size:  # another world size: each rank keeps its own seed
-            self._resumed_random_state = states[self.global_rank]
+            self.resume_rank_state(states[self.global_rank])
         return checkpoint
+
+    def rank_resume_state(self) -> dict:
+        """What this rank resumes beside the checkpoint's shared state: its generators, and the
+        state of its evaluation loaders that keep worker processes (their seed and generators
+        carry over from one validation to the next)."""
+        return {"generators": random_state.capture(self.root_device),
+                # (a loader not iterated yet has no state: asking would start its workers, drawing a seed)
+                "eval_loaders": [loader.state_dict() if loader._iterator is not None else None
+                                 for loader in self._eval_loaders]}
+
+    def resume_rank_state(self, state: dict) -> None:
+        """Holds ``state`` (from :meth:`rank_resume_state`) until the loaders are made."""
+        self._resumed_random_state = state.get("generators", state)  # (older checkpoints: generators alone)
+        self._resumed_eval_states = list(state.get("eval_loaders", []))
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
         dataloader = super().process_dataloader(dataloader)
+        dataloader = self.keep_eval_loader(dataloader)
         if self.lightning_module.trainer.training:
-            dataloader = resumable(dataloader)  # its position is checkpointed: resume mid-epoch exactly
+            # its position is checkpointed (resume mid-epoch exactly); the sampler knows the epoch
+            # before the resumed iterator reads it
+            epoch = self.lightning_module.trainer.fit_loop.epoch_progress.current.processed
+            dataloader = resumable(dataloader, epoch=epoch)
         self.restore_resumed_random_state()
         return dataloader
+
+    def keep_eval_loader(self, dataloader: object) -> object:
+        """A validation loader of ``fit`` with persistent workers, made resumable and remembered:
+        its workers' seed and generators go into each checkpoint, and a resumed run's loader takes
+        them back (the uninterrupted run kept its workers from one validation to the next)."""
+        trainer = self.lightning_module.trainer
+        from lightning.pytorch.trainer.states import TrainerFn
+
+        if (trainer.training or trainer.state.fn != TrainerFn.FITTING or not getattr(dataloader, "persistent_workers",
+                                                                                     False)
+                or not getattr(dataloader, "num_workers", 0)):
+            return dataloader
+        loader = resumable(dataloader)
+        if isinstance(loader, ResumableDataLoader):
+            pending = getattr(self, "_resumed_eval_states", None) or []
+            state = pending[len(self._eval_loaders)] if len(self._eval_loaders) < len(pending) else None
+            if state is not None:  # every validation begins anew (the sanity check's stopped short)
+                loader.load_state_dict({**state, "_iterator_finished": True})
+            self._eval_loaders.append(loader)
+        return loader
 
     def restore_resumed_random_state(self) -> None:
         """Puts back this rank's generators from the checkpoint being resumed, once the training

@@ -131,12 +131,15 @@ class History(Callback):
         self.rows = json.loads(state_dict["rows"])
 
 
-def fit(out: Path, ckpt_path="last", every_n_train_steps=None, keep=None, extra_callbacks=()):
-    """One run into ``out`` (checkpoints in ``out/checkpoints``); returns (trainer, module, saver)."""
+def fit(out: Path, ckpt_path="last", every_n_train_steps=None, keep=None, extra_callbacks=(), checkpoints=None):
+    """One run into ``out`` (checkpoints in ``checkpoints``, default ``out/checkpoints``); returns
+    (trainer, module, saver)."""
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(0)
     model = UserModel()
-    saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"),
+    if RUN["every_n_epochs"]:
+        every_n_train_steps = None
+    saver = ResumableCheckpoint(dirpath=str(checkpoints or out / "checkpoints"),
                                 every_n_train_steps=every_n_train_steps or RUN["every_n_train_steps"],
                                 every_n_epochs=RUN["every_n_epochs"], keep=keep or RUN["keep"],
                                 **({"monitor": RUN["monitor"], "save_top_k": RUN["save_top_k"]} if RUN["monitor"] else {}))
@@ -151,7 +154,7 @@ def fit(out: Path, ckpt_path="last", every_n_train_steps=None, keep=None, extra_
         accelerator="cpu", devices=RUN["devices"], strategy=ServerAwareDDPStrategy(servers=RUN["servers"],
                                                                                    **strategy_kwargs),
         max_steps=RUN["steps"], accumulate_grad_batches=RUN["accumulate"], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_progress_bar=False, enable_model_summary=False,
         check_val_every_n_epoch=RUN["val_every_n_epochs"], val_check_interval=RUN["val_check_interval"],
         limit_val_batches=RUN["limit_val_batches"], callbacks=callbacks,
     )
@@ -198,18 +201,25 @@ def differences(reference: Path, resumed: Path) -> list[str]:
 def sweep(out: Path) -> None:
     from lightning_granndis.checkpoint_sets import SUFFIX, read_set
 
-    reference = out / "uninterrupted"
-    finish(reference, *fit(reference, ckpt_path=None, every_n_train_steps=1, keep=1000))
+    reference, folder = out / "uninterrupted", out / "checkpoints"  # every run saves into one folder
+    finish(reference, *fit(reference, ckpt_path=None, every_n_train_steps=1, keep=1000, checkpoints=folder))
+    saved = out / "saved"
+    folder.rename(saved)
     result = {}
-    for record in sorted((reference / "checkpoints").glob(f"*{SUFFIX}")):
+    for record in sorted(saved.glob(f"{ResumableCheckpoint.resume_prefix}*{SUFFIX}")):
         checkpoint = record.with_name(record.name[: -len(SUFFIX)])
-        files = read_set(checkpoint)[0].files
+        # the set, and the best-k sets it lists (as the folder held them when it was saved)
+        state = torch.load(checkpoint, weights_only=True)
+        listed = next(v for k, v in state["callbacks"].items() if k.startswith("ResumableCheckpoint"))
+        names = [checkpoint.name] + [Path(p).name for p in listed["best_k_models"]]
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        for name in names:
+            for f in [*read_set(saved / name)[0].files, saved / (name + SUFFIX)]:
+                shutil.copy2(f, folder / Path(f).name)
         run = out / f"from_{checkpoint.stem}"
-        (run / "checkpoints").mkdir(parents=True)
-        for f in [*files, record]:
-            shutil.copy2(f, run / "checkpoints" / Path(f).name)
         try:
-            finish(run, *fit(run))
+            finish(run, *fit(run, every_n_train_steps=1, keep=1000, checkpoints=folder))
             result[checkpoint.name] = differences(reference, run)
         except Exception as error:  # noqa: BLE001 - reported
             result[checkpoint.name] = [f"raised {type(error).__name__}: {str(error)[:300]}"]
