@@ -230,24 +230,50 @@ def barrier(group=None) -> None:
 # ---------------------------------------------------------------- errors shared through the store
 #: where a failing rank leaves its exception for its peers (in the process group's key-value store),
 #: and a counter of the ranks that failed with an error of their own
-_ERROR_KEY = "lightning_granndis/error/{}"
-_FAILED_KEY = "lightning_granndis/failed"
-_PUBLISHED_KEY = "lightning_granndis/published"
+#: (under a generation number: a failure caught by the user ends with its run, and the next
+#: ``fit`` in the same processes starts a new generation with no failure in it)
+_ERROR_KEY = "lightning_granndis/{gen}/error/{rank}"
+_FAILED_KEY = "lightning_granndis/{gen}/failed"
+_PUBLISHED_KEY = "lightning_granndis/{gen}/published"
+_generation = 0
 #: each rank's watch writes the time here every second: a rank that stops answering (hung,
 #: SIGSTOPped, swapped out) stops writing it, and its peers can name it
 _HEARTBEAT_KEY = "lightning_granndis/heartbeat/{}"
 HEARTBEAT_S = 1.0
 #: set while this process handles an exception of its own (its watch then stands down)
 _handling = threading.Event()
-_COMM_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL", "Gloo", "gloo",
-                 "Timed out", "timed out", "Socket Timeout")
+#: what gloo, NCCL and the store say when a collective breaks off or times out, whatever the cause
+_COMM_MARKERS = ("Connection closed by peer", "Connection closed", "Connection reset by peer", "Broken pipe",
+                 "pair closure", "Application timeout", "NCCL", "Gloo", "gloo", "Watchdog", "watchdog",
+                 "collective operation timeout", "ProcessGroup", "Timed out", "timed out", "Socket Timeout",
+                 "DistBackendError", "DistNetworkError", "DistStoreError")
+
+
+def new_failure_generation() -> int:
+    """Starts a new generation of shared errors (call it on every rank as a run starts): errors of
+    an earlier run in these processes, raised and caught, are not taken for a peer's failure."""
+    global _generation
+    _generation += 1
+    _handling.clear()
+    return _generation
+
+
+def _key(template: str, rank: int | None = None) -> str:
+    return template.format(gen=_generation, rank=rank)
 
 
 def is_communication_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is what a rank sees when a *peer* failed (its collective broke off)."""
-    if isinstance(exc, getattr(dist, "DistError", ())):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _COMM_MARKERS)
+    """Whether ``exc`` is what a rank sees when a *peer* failed or hung (its collective broke off
+    or timed out), looking through the exceptions it was raised from."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, getattr(dist, "DistError", ())):
+            return True
+        if isinstance(exc, RuntimeError) and any(m in str(exc) for m in _COMM_MARKERS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _store():
@@ -269,10 +295,10 @@ def publish_error(exc: BaseException) -> None:
     where = f" (raised at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     kind = "comm" if is_communication_error(exc) else "root"
     try:
-        store.set(_ERROR_KEY.format(get_rank()), f"{kind}|{type(exc).__name__}: {exc}{where}"[:4000])
+        store.set(_key(_ERROR_KEY, get_rank()), f"{kind}|{type(exc).__name__}: {exc}{where}"[:4000])
         if kind == "root":
-            store.add(_FAILED_KEY, 1)
-        store.add(_PUBLISHED_KEY, 1)
+            store.add(_key(_FAILED_KEY), 1)
+        store.add(_key(_PUBLISHED_KEY), 1)
     except Exception:  # noqa: BLE001 - the store may be gone with the rank that hosted it
         pass
 
@@ -288,7 +314,7 @@ def peer_errors(wait_s: float = 1.0) -> dict[int, str]:
         found = {}
         try:
             for rank in range(get_world_size()):
-                key = _ERROR_KEY.format(rank)
+                key = _key(_ERROR_KEY, rank)
                 if rank != get_rank() and store.check([key]):
                     kind, text = store.get(key).decode().split("|", 1)
                     if kind == "root":
@@ -331,7 +357,7 @@ def explain_failure(exc: BaseException, wait_s: float = 1.0) -> None:
 def _ranks_that_published() -> set[int]:
     store = _store()
     try:
-        return {r for r in range(get_world_size()) if store is not None and store.check([_ERROR_KEY.format(r)])}
+        return {r for r in range(get_world_size()) if store is not None and store.check([_key(_ERROR_KEY, r)])}
     except Exception:  # noqa: BLE001
         return set()
 
@@ -363,7 +389,7 @@ def _wait_for_peers_to_publish(world: int, wait_s: float) -> None:
     deadline = time.monotonic() + wait_s
     while store is not None and time.monotonic() < deadline:
         try:
-            if store.add(_PUBLISHED_KEY, 0) >= world:
+            if store.add(_key(_PUBLISHED_KEY), 0) >= world:
                 return
         except Exception:  # noqa: BLE001 - the store's host is gone: nothing to wait for
             return
@@ -462,12 +488,13 @@ class FailureWatch:
 
     def _run(self, store) -> None:
         heartbeat, last_beat = _HEARTBEAT_KEY.format(get_rank()), 0.0
+        failed = _key(_FAILED_KEY)  # this run's generation
         while not self._stop.wait(self.interval_s):
             try:
                 if time.monotonic() - last_beat >= HEARTBEAT_S:
                     store.set(heartbeat, repr(time.time()))
                     last_beat = time.monotonic()
-                if not store.check([_FAILED_KEY]):
+                if not store.check([failed]):
                     continue
             except Exception:  # noqa: BLE001 - no store, nothing to watch
                 return
@@ -482,7 +509,7 @@ class FailureWatch:
                              "complete.\n")
             sys.stderr.flush()
             try:
-                store.add(_PUBLISHED_KEY, 1)  # said why: the failing rank need not wait for it
+                store.add(_key(_PUBLISHED_KEY), 1)  # said why: the failing rank need not wait for it
             except Exception:  # noqa: BLE001
                 pass
             os._exit(1)

@@ -298,10 +298,9 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
             self.checkpoint_io.remove_checkpoint(self.shard_path(filepath))
 
     def _rank_state(self) -> dict:
-        """What differs per replica: compression residuals and the generator state."""
-        state: dict = {"rng": {"cpu": torch.get_rng_state()}}
-        if self.root_device.type == "cuda":
-            state["rng"]["cuda"] = torch.cuda.get_rng_state(self.root_device)
+        """What differs per replica: compression residuals, the generators and the evaluation
+        loaders' workers (restored once the loaders are made, as ``server_aware_ddp`` does)."""
+        state: dict = {"rng": self.rank_resume_state()}
         if self.runtime is not None and self.runtime.compressor is not None:
             state["backward"] = self.runtime.compressor.state_dict()
         if self.reducer is not None:
@@ -310,10 +309,12 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
 
     def _load_rank_state(self, state: dict) -> None:
         rng = state.get("rng", {})
-        if "cpu" in rng:
+        if "generators" in rng:
+            self.resume_rank_state(rng)
+        elif "cpu" in rng:  # an older checkpoint: the torch generators alone, restored at once
             torch.set_rng_state(rng["cpu"].cpu())
-        if "cuda" in rng and self.root_device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.root_device)
+            if "cuda" in rng and self.root_device.type == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"].cpu(), self.root_device)
         state = _move({k: v for k, v in state.items() if k != "rng"}, self.root_device)
         if self.runtime is not None and self.runtime.compressor is not None and "backward" in state:
             self.runtime.compressor.load_state_dict(state["backward"])

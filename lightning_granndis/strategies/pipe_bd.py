@@ -221,6 +221,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
         if self.lightning_module.trainer.training:
             epoch = self.lightning_module.trainer.fit_loop.epoch_progress.current.processed
             dataloader = resumable(dataloader, epoch=epoch)
+        dataloader = self.keep_eval_loader(dataloader)
         self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 

@@ -151,6 +151,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
             self._link_model = self._link_model.resolve_reference(self._rank_speed(self._link_model.reference_by))
         self.comm = comm.Communicator(self.topology, self._link_model, emulate=self.emulate)
         if self._failure_watch is None:  # a rank waiting on a failed peer stops, saying why
+            comm.new_failure_generation()  # an earlier run's caught failure is not this run's
             self._failure_watch = comm.FailureWatch().start()
 
     def setup_without_ddp(self, trainer, prepare_model) -> None:

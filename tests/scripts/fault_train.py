@@ -1,22 +1,33 @@
-"""A small run of one strategy family under torchrun, checkpointing with ResumableCheckpoint and
-resuming with ``ckpt_path="last"``; faults are injected into its attempts.
+"""A small run of one strategy family under torchrun, written as a user writes a training script,
+checkpointing with ResumableCheckpoint and resuming with ``ckpt_path="last"``; faults are injected
+into its attempts.
+
+Every family validates every epoch (a best-2 ``ResumableCheckpoint(monitor="val_loss")`` beside
+the resume sets) and keeps each validation's metrics (OUT/history.json). ddp: an MLP with BatchNorm
+and dropout, Adam + OneCycle per step, gradient accumulation 2, a shuffled loader with 2 worker
+processes whose rows draw augmentation noise (tests/scripts/user_train.py); gnn: OGB's GCN with
+BatchNorm and dropout under granndis CoB, a per-step schedule, accumulation 2; pipeline: GPT with
+dropout, warm-up + cosine per step, accumulation 2, shuffled tokens read by 2 workers, compressed
+backward with error feedback; pipe_bd: the toy distillation, shuffled, 2 workers.
 
 usage: fault_train.py FAMILY OUT KILL_STEP KILL_RANK [SLOW_SAVE_S [HOW]]
 FAMILY: ddp | gnn | pipeline | pipe_bd. One fault, on the first attempt (KILL_STEP -1: none):
 HOW kill (default): SIGKILL rank KILL_RANK once KILL_STEP steps are done; stop: SIGSTOP it (a hung
-rank; ddp's collective timeout is then 8 s); replica, replica_lost, replica_none: SIGKILL with a
-ReplicaSnapshot every step (replica_lost: the killed rank's server loses its snapshots too;
-replica_none: every server does). SLOW_SAVE_S > 0: every checkpoint file takes that long to write
-and the kill lands inside the KILL_STEP set's write, once the rank's file is written and before
-the set is committed (fault "write").
+rank; ddp's collective timeout is then 8 s); val: SIGKILL it in the first validation batch after
+KILL_STEP; prefetch: SIGKILL it from inside its DataLoader worker's next read after KILL_STEP;
+replica, replica_lost, replica_none: SIGKILL with a ReplicaSnapshot every step (replica_lost: the
+killed rank's server loses its snapshots too; replica_none: every server does). SLOW_SAVE_S > 0:
+every checkpoint file takes that long to write and the kill lands inside the KILL_STEP set's write,
+once the rank's file is written and before the set is committed (fault "write").
 
 Or, for the fault benchmark, the environment sets FAULT_PLAN (JSON: one fault per attempt, each
-{"kind": kill|stop|write|corrupt|replica|replica_lost, "step": s, "rank": r}), FAULT_STEPS,
-FAULT_EVERY and FAULT_SNAPSHOTS (0/1). "corrupt" truncates the newest committed checkpoint, then
-SIGKILLs rank r at step s. Every attempt appends what happened to OUT/events.jsonl.
+{"kind": kill|stop|val|prefetch|write|corrupt|replica|replica_lost, "step": s, "rank": r}),
+FAULT_STEPS, FAULT_EVERY and FAULT_SNAPSHOTS (0/1). "corrupt" truncates the newest committed resume
+set, then SIGKILLs rank r at step s. Every attempt appends what happened to OUT/events.jsonl.
 
-Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's),
-OUT/attempts/<restart>.<rank>, OUT/steps.<rank> and OUT/resumed_from[.<rank>].
+Writes OUT/final.pt (rank 0: the parameters; pipeline: every rank its stage's), OUT/history.json
+(rank 0: every validation's metrics, the best-k scores), OUT/attempts/<restart>.<rank>,
+OUT/steps.<rank> and OUT/resumed_from[.<rank>].
 """
 
 import json
@@ -61,8 +72,8 @@ def record(**event) -> None:
         f.write(json.dumps({"attempt": restart, "rank": rank, "time": time.time(), **event}) + "\n")
 
 
-def die() -> None:
-    record(event="fault", kind=FAULT["kind"], step=FAULT["step"])
+def die(step: int) -> None:
+    record(event="fault", kind=FAULT["kind"], step=step)
     if FAULT["kind"] in ("replica_lost", "replica_none"):  # the machine's memory goes with it
         import shutil
 
@@ -73,94 +84,170 @@ def die() -> None:
 
 
 class Faults(Callback):
-    """Injects this attempt's fault, and records where each attempt started."""
+    """Injects this attempt's fault, and records where each attempt started: at step ``s`` (its
+    first batch), or for ``val`` in the first validation batch after step ``s``, or for
+    ``prefetch`` in a DataLoader worker's next read after step ``s``."""
 
     def __init__(self):
         self.started = False
+        self.resumed_step = 0
+
+    def on_train_start(self, trainer, pl_module):
+        self.resumed_step = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not self.started and rank == 0:
-            record(event="first_step", resumed_step=trainer.global_step - 1, resumed_from=str(trainer.ckpt_path))
+            record(event="first_step", resumed_step=self.resumed_step, resumed_from=str(trainer.ckpt_path))
         self.started = True
-        if FAULT is None or rank != FAULT["rank"] or trainer.global_step != FAULT["step"]:
+        if FAULT is None or rank != FAULT["rank"] or trainer.global_step != FAULT["step"] or FAULT["kind"] == "val":
             return
-        if FAULT["kind"] == "corrupt":  # the newest committed set's file, truncated, then a kill
-            newest = max((out / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        if FAULT["kind"] == "corrupt":  # the newest committed resume set's file, truncated, then a kill
+            newest = max((out / "checkpoints").glob("resume-*.ckpt"), key=lambda p: p.stat().st_mtime)
             newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
             record(event="corrupted", path=str(newest))
-        if FAULT["kind"] != "write":
-            die()
+        if FAULT["kind"] == "prefetch":  # the rank's next worker read kills it
+            record(event="fault", kind="prefetch", step=trainer.global_step)
+            KillFlag.path().touch()
+        elif FAULT["kind"] != "write":
+            die(trainer.global_step)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if (FAULT is not None and FAULT["kind"] == "val" and rank == FAULT["rank"] and not trainer.sanity_checking
+                and trainer.global_step >= FAULT["step"]):
+            die(trainer.global_step)
 
 
-def tensors(n=64, features=8, classes=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, features, generator=g)
-    return TensorDataset(x, (x[:, 0] > 0).long() + (x[:, 1] > 0).long())
+# The ddp family is the ordinary user script of user_train.py: an MLP with BatchNorm and dropout,
+# Adam with a per-step OneCycle schedule, gradient accumulation, a shuffled loader with 2 worker
+# processes and a worker_init_fn (its rows draw augmentation noise in the workers), validation every
+# epoch watched by a best-2 ResumableCheckpoint(monitor="val_loss").
+# 32 rows per rank, batches of 4, accumulating 2: an epoch is 4 steps.
+os.environ["USER_RUN"] = json.dumps({"steps": STEPS, "rows": 128, "batch": 4, "accumulate": 2, "num_workers": 2,
+                                     "early_stopping": False})
+sys.path.insert(0, str(Path(__file__).parent))
+import user_train  # noqa: E402
 
 
-class Classifier(pl.LightningModule):
-    """A user's own module: an MLP with dropout (so the generator state matters on resume)."""
+class KillFlag:
+    """A "prefetch" fault: the rank sets a flag file; its next DataLoader worker to read a row
+    SIGKILLs the rank (its parent) and itself, inside the worker's prefetch."""
+
+    @staticmethod
+    def path() -> Path:
+        return out / f"kill_in_worker.{rank}"
+
+    @staticmethod
+    def check() -> None:
+        if KillFlag.path().exists():
+            KillFlag.path().unlink(missing_ok=True)
+            os.kill(os.getppid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WorkerData(user_train.Noisy):
+    def __getitem__(self, i):
+        KillFlag.check()
+        return super().__getitem__(i)
+
+
+class WorkerTensors(TensorDataset):
+    def __getitem__(self, i):
+        KillFlag.check()
+        return super().__getitem__(i)
+
+
+class UserDDPModel(user_train.UserModel):
+    def train_dataloader(self):
+        return self.loader(WorkerData(user_train.RUN["rows"], 0), shuffle=True)
+
+
+class UserGCN(pl.LightningModule):
+    """OGB's arxiv GCN as a user writes it (GCNConv + BatchNorm1d + ReLU + dropout), with a validation
+    step and Adam under a per-step schedule."""
+
+    def __init__(self, in_channels, hidden, classes):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.convs = torch.nn.ModuleList([GCNConv(in_channels, hidden), GCNConv(hidden, classes)])
+        self.bn = torch.nn.BatchNorm1d(hidden)
+
+    def forward(self, x, edge_index):
+        x = torch.nn.functional.dropout(torch.relu(self.bn(self.convs[0](x, edge_index))), 0.3, self.training)
+        return self.convs[1](x, edge_index)
+
+    def training_step(self, batch, batch_idx):
+        logits = self(batch.x, batch.edge_index)
+        return torch.nn.functional.cross_entropy(logits[batch.train_mask], batch.y[batch.train_mask])
+
+    def validation_step(self, batch, batch_idx):
+        logits = self(batch.x, batch.edge_index)
+        loss = torch.nn.functional.cross_entropy(logits[batch.val_mask], batch.y[batch.val_mask])
+        self.log("val_loss", loss, sync_dist=True, batch_size=1)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=STEPS + 1)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class Tokens(pl.LightningDataModule):
+    """Random token sequences; shuffled training batches read by 2 worker processes."""
 
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                       torch.nn.Linear(16, 3))
-
-    def forward(self, x):
-        return self.net(x)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self(x), y)
+        g = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, 64, (80, 17), generator=g)
 
     def train_dataloader(self):
-        # 16 rows per rank per epoch, batches of 4: an epoch is 4 steps, a checkpoint every 2;
-        # shuffled (Lightning's DistributedSampler then shuffles by epoch)
-        return DataLoader(tensors(), batch_size=4, shuffle=True)
+        data = WorkerTensors(self.ids[:64, :-1], self.ids[:64, 1:])
+        return DataLoader(data, batch_size=4, shuffle=True, num_workers=2, worker_init_fn=user_train.seed_worker)
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(self.ids[64:, :-1], self.ids[64:, 1:]), batch_size=8)
 
 
 def build():
-    """(module, strategy, datamodule or None, devices)."""
+    """(module, strategy, datamodule or None, trainer settings)."""
+    validation = {"check_val_every_n_epoch": 1}
     if family == "ddp":
         from lightning_granndis.strategies import ServerAwareDDPStrategy
         from datetime import timedelta
 
         # a stopped rank makes its peers' collectives time out after 8 s
         timeout = {"timeout": timedelta(seconds=8)} if any(f["kind"] == "stop" for f in PLAN) else {}
-        return Classifier(), ServerAwareDDPStrategy(servers=2, link_model="10gbe", **timeout), None
+        return (UserDDPModel(), ServerAwareDDPStrategy(servers=2, link_model="10gbe", **timeout), None,
+                {**validation, "accumulate_grad_batches": 2})
     if family == "gnn":
         from lightning_granndis.datamodules import OGBNodeDataModule
-        from lightning_granndis.models import GNNNodeClassifier
         from lightning_granndis.strategies import ServerAwareGNNStrategy
         dm = OGBNodeDataModule("synthetic-tiny", root=str(out.parent / "data"))
         # Cooperative Batching, 4 co-batches an epoch drawn afresh each epoch (its sampler resumes too)
-        return (GNNNodeClassifier(32, 8, hidden=16, num_layers=2),
-                ServerAwareGNNStrategy(servers=2, mode="cob", iterations=4, link_model="10gbe"), dm)
+        return (UserGCN(32, 16, 8), ServerAwareGNNStrategy(servers=2, mode="cob", iterations=4, link_model="10gbe"),
+                dm, {**validation, "accumulate_grad_batches": 2})
     if family == "pipeline":
         from lightning_granndis.models import GPT
         from lightning_granndis.strategies import CompressedPipelineStrategy
 
-        class Tokens(pl.LightningDataModule):
-            def train_dataloader(self):
-                g = torch.Generator().manual_seed(1)
-                ids = torch.randint(0, 64, (64, 17), generator=g)
-                return DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=8)
-
-        model = GPT(vocab_size=64, block_size=16, hidden=32, layers=2, heads=2, dropout=0.1, lr_schedule="constant")
+        model = GPT(vocab_size=64, block_size=16, hidden=32, layers=2, heads=2, dropout=0.1, warmup_steps=4)
         # 2 stages x 2 replicas; compressed backward with error feedback (its residuals resume too).
         # A fixed split: a profiled one can differ between two independent runs on a busy machine
         # (moving the compressed boundary), and the faulted run is compared with a separate
         # uninterrupted one. (A resume keeps its checkpoint's split; tested in test_optimus_cc.)
         return model, CompressedPipelineStrategy(stages=2, microbatches=2, servers=2, link_model="10gbe",
-                                                 compress_backward=True, rank=4, balance=[2, 2]), Tokens()
+                                                 compress_backward=True, rank=4, balance=[2, 2]), Tokens(), \
+            {**validation, "accumulate_grad_batches": 2}
     if family == "pipe_bd":
-        sys.path.insert(0, str(Path(__file__).parent))
         from distill_toy import ToyData, ToyDistillation
         from lightning_granndis.strategies import PipeBDStrategy
-        return ToyDistillation(), PipeBDStrategy(mode="tr", schedule="even", profile_repeats=1), ToyData()
+
+        class ShuffledToyData(ToyData):
+            def train_dataloader(self):
+                return DataLoader(WorkerTensors(self.x[:32], self.y[:32]), batch_size=self.batch_size, shuffle=True,
+                                  num_workers=2, worker_init_fn=user_train.seed_worker)
+
+        return ToyDistillation(), PipeBDStrategy(mode="tr", schedule="even", profile_repeats=1), ShuffledToyData(), \
+            validation
     raise SystemExit(f"unknown family {family}")
 
 
@@ -173,17 +260,19 @@ if FAULT is not None and FAULT["kind"] == "write":  # a kill between writing a f
         time.sleep(slow_save)
         original(obj, path)
         if rank == FAULT["rank"] and f"step={FAULT['step']}." in Path(path).name:
-            die()  # its file written, the set not yet committed
+            die(FAULT["step"])  # its file written, the set not yet committed
 
     checkpoint_io.atomic_torch_save = write_then_die
 
 pl.seed_everything(0)
-module, strategy, dm = build()
+module, strategy, dm, settings = build()
+saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, monitor="val_loss",
+                            save_top_k=2)
+history = user_train.History()
 trainer = pl.Trainer(
     accelerator="cpu", devices=4, strategy=strategy, max_steps=STEPS, logger=False, enable_progress_bar=False,
-    enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-    callbacks=[ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY), Faults()]
-    + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if SNAPSHOT else []),
+    enable_model_summary=False, callbacks=[saver, history, Faults()]
+    + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if SNAPSHOT else []), **settings,
 )
 trainer.fit(module, datamodule=dm, ckpt_path="last")
 state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -197,6 +286,8 @@ elif rank == 0:
 (out / f"resumed_from.{rank}").write_text(str(trainer.ckpt_path))
 if rank == 0:
     (out / "resumed_from").write_text(str(trainer.ckpt_path))
+    (out / "history.json").write_text(json.dumps({
+        "validations": history.rows, "best_k": sorted(float(v) for v in saver.best_k_models.values())}))
     record(event="finished", steps=trainer.global_step)
 
 from lightning_granndis import comm  # noqa: E402
