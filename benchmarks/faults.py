@@ -11,7 +11,9 @@ Fault kinds: ``kill`` (SIGKILL of a random rank at a random step), ``write`` (ra
 between writing its checkpoint file and committing the set), ``corrupt`` (the newest committed
 checkpoint truncated, then a kill: resume must skip it), ``stop`` (SIGSTOP: a hung rank; the
 peers' collectives time out after 8 s), ``replica`` / ``replica_lost`` (a kill with a
-ReplicaSnapshot every step; ``_lost``: the killed rank's server loses its snapshots too).
+ReplicaSnapshot every step; ``_lost``: the killed rank's server loses its snapshots too), ``val``
+(a kill inside the first validation batch after a step), ``prefetch`` (a rank killed from inside its
+DataLoader worker's next read: a kill during prefetch).
 
 Per family and kind: faults injected, runs completed, steps lost (mean, max), recovery seconds
 (the kill to the first step of the next attempt; includes torchrun's restart and the job's set-up),
@@ -68,7 +70,7 @@ def plans(rng: random.Random) -> list[dict]:
     for family in ("ddp", "gnn", "pipeline", "pipe_bd"):
         launches.append({"family": family, "name": "uninterrupted", "plan": [], "snapshots": False})
         launches.append({"family": family, "name": "kill", "snapshots": False, "plan": [
-            {"kind": "kill", "step": s, "rank": rng.randrange(4)} for s in increasing_steps(rng, 10, gap=(1, 3))]})
+            {"kind": "kill", "step": s, "rank": rng.randrange(4)} for s in increasing_steps(rng, 6, gap=(2, 5))]})
         # write at a checkpoint step, then corrupt at a later step, alternately
         plan, step = [], 0
         for i in range(8):
@@ -79,6 +81,11 @@ def plans(rng: random.Random) -> list[dict]:
                 step += rng.randint(1, 3)
                 plan.append({"kind": "corrupt", "step": step, "rank": rng.randrange(4)})
         launches.append({"family": family, "name": "write_corrupt", "snapshots": False, "plan": plan})
+        # kills during a validation, and (families with loader workers) inside a worker's prefetch
+        kinds = ["val"] * 4 if family == "gnn" else ["val", "prefetch"] * 3
+        launches.append({"family": family, "name": "val_prefetch", "snapshots": False, "plan": [
+            {"kind": k, "step": s, "rank": rng.randrange(4)}
+            for k, s in zip(kinds, increasing_steps(rng, len(kinds), gap=(2, 5)))]})
         if family != "pipeline":  # a pipeline's servers hold no whole replica (ReplicaSnapshot refuses it)
             kinds = ["replica", "replica_lost"] * 4 if family == "ddp" else ["replica"] * 8
             launches.append({"family": family, "name": "replica", "snapshots": True, "plan": [
@@ -116,6 +123,20 @@ def equal(a: list[dict], b: list[dict]) -> bool:
                for x, y in zip(a, b))
 
 
+def history(out: Path) -> dict:
+    return json.loads((out / "history.json").read_text())
+
+
+def same_history(a: dict, b: dict) -> bool:
+    """The same validations (step, epoch) with the same metrics, and the same best-k scores."""
+    if [(r["step"], r["epoch"]) for r in a["validations"]] != [(r["step"], r["epoch"]) for r in b["validations"]]:
+        return False
+    close = lambda x, y: abs(x - y) <= 1e-6  # noqa: E731
+    return (all(close(x[m], y.get(m, float("nan"))) for x, y in zip(a["validations"], b["validations"]) for m in x
+                if m.startswith("val_"))
+            and len(a["best_k"]) == len(b["best_k"]) and all(map(close, a["best_k"], b["best_k"])))
+
+
 def faults_of(launch: dict, result: dict) -> list[dict]:
     """One row per injected fault: steps lost, recovery seconds, corrupted load."""
     firsts = {e["attempt"]: e for e in result["events"] if e["event"] == "first_step"}
@@ -127,7 +148,7 @@ def faults_of(launch: dict, result: dict) -> list[dict]:
         row = {"kind": fault["kind"], "step": fault["step"], "injected": hit is not None,
                "recovered": hit is not None and nxt is not None}
         if row["recovered"]:
-            row["steps_lost"] = fault["step"] - nxt["resumed_step"]
+            row["steps_lost"] = hit["step"] - nxt["resumed_step"]  # (a val/prefetch fault lands after its step)
             row["recovery_s"] = nxt["time"] - hit["time"]
             row["resumed_from"] = nxt["resumed_from"]
             row["corrupted_load"] = attempt in corrupted and nxt["resumed_from"] == corrupted[attempt]
@@ -153,17 +174,20 @@ def main() -> None:
             result = run(launch, out)
             finished = result["rc"] == 0 and any(e["event"] == "finished" for e in result["events"])
             same = None
+            same_val = None
             if finished and launch["name"] == "uninterrupted":
-                references[launch["family"]] = finals(out, launch["family"])
+                references[launch["family"]] = (finals(out, launch["family"]), history(out))
             elif finished:
-                same = equal(finals(out, launch["family"]), references[launch["family"]])
+                same = equal(finals(out, launch["family"]), references[launch["family"]][0])
+                same_val = same_history(history(out), references[launch["family"]][1])
             faults = faults_of(launch, result)
             for row in faults:
                 row.update(family=launch["family"], launch=launch["name"], run_completed=finished,
-                           final_equal=same)
+                           final_equal=same, history_equal=same_val)
             rows += faults
             print(f"[{i + 1}/{len(launches)}] {launch['family']:8s} {launch['name']:14s} faults "
-                  f"{len(faults):2d}  completed {finished}  equal {same}  {result['seconds']:.0f}s", flush=True)
+                  f"{len(faults):2d}  completed {finished}  equal {same}  validations equal {same_val}  "
+                  f"{result['seconds']:.0f}s", flush=True)
             if result["rc"]:
                 print(result["stderr_tail"], flush=True)
     report(rows, args.seed)
@@ -175,6 +199,7 @@ def summary(rows: list[dict]) -> dict:
     out = {"injected": sum(r["injected"] for r in rows), "recovered": sum(r["recovered"] for r in rows),
            "runs_completed": all(r["run_completed"] for r in rows),
            "final_equal": all(r["final_equal"] for r in rows),
+           "history_equal": all(r["history_equal"] for r in rows),
            "steps_lost_mean": statistics.mean(lost) if lost else None, "steps_lost_max": max(lost, default=None),
            "recovery_s_mean": statistics.mean(rec) if rec else None, "recovery_s_max": max(rec, default=None),
            "corrupted_loads": sum(bool(r.get("corrupted_load")) for r in rows)}
@@ -191,7 +216,8 @@ def report(rows: list[dict], seed: int) -> None:
     table = {f"{f}/{k}": summary(g) for (f, k), g in sorted(groups.items())}
     replica = [r for r in rows if r["kind"].startswith("replica")]
     checkpoint = [r for r in rows if not r["kind"].startswith("replica")]
-    survived = sum(r["recovered"] and r["run_completed"] and bool(r["final_equal"]) for r in rows)
+    survived = sum(r["recovered"] and r["run_completed"] and bool(r["final_equal"]) and bool(r["history_equal"])
+                   for r in rows)
     data = {
         "injected": sum(r["injected"] for r in rows),
         "survived": survived,
@@ -206,17 +232,19 @@ def report(rows: list[dict], seed: int) -> None:
     }
     lines = ["# Fault injection", "",
              f"{data['injected']} faults injected, {survived} survived (the run finished after restarting and ended "
-             f"with the uninterrupted run's parameters), {data['corrupted_loads']} corrupted loads. Steps lost: at most "
+             f"with the uninterrupted run's parameters and validation history: every validation's metrics and the "
+             f"best-2 checkpoints' scores), {data['corrupted_loads']} corrupted loads. Steps lost: at most "
              f"{data['max_steps_lost_checkpoint']} with disk checkpoints every {EVERY} steps, at most "
              f"{data['max_steps_lost_replica']} with replica snapshots every step.", "",
-             "| family / kind | injected | recovered | runs completed | final = uninterrupted | steps lost mean | max "
-             "| disk-only would lose (mean / max) | recovery s mean | max | corrupted loads |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| family / kind | injected | recovered | runs completed | final = uninterrupted | validations = uninterrupted "
+             "| steps lost mean | max | disk-only would lose (mean / max) | recovery s mean | max | corrupted loads |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, s in table.items():
         only = (f"{s['checkpoint_only_steps_lost_mean']:.1f} / {s['checkpoint_only_steps_lost_max']}"
                 if "checkpoint_only_steps_lost_mean" in s else "")
         fmt = lambda v, p=1: "" if v is None else f"{v:.{p}f}"  # noqa: E731
         lines.append(f"| {key} | {s['injected']} | {s['recovered']} | {s['runs_completed']} | {s['final_equal']} | "
+                     f"{s['history_equal']} | "
                      f"{fmt(s['steps_lost_mean'])} | {s['steps_lost_max']} | {only} | {fmt(s['recovery_s_mean'])} | "
                      f"{fmt(s['recovery_s_max'])} | {s['corrupted_loads']} |")
     lines += ["", "Recovery seconds run from the kill to the next attempt's first step: torchrun's restart, "

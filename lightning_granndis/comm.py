@@ -444,6 +444,22 @@ def ignore_sigterm_while_failing() -> None:
     signal.signal(signal.SIGTERM, guarded)
 
 
+#: held by the watch thread around each store call, and by a forking thread across ``fork()``: a
+#: DataLoader worker forked while the watch was inside a store call would inherit its locks held
+#: and hang at its first step
+_watch_busy = threading.Lock()
+
+
+def _reset_watch_lock_in_child() -> None:
+    global _watch_busy
+    _watch_busy = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=lambda: _watch_busy.acquire(), after_in_parent=lambda: _watch_busy.release(),
+                        after_in_child=_reset_watch_lock_in_child)
+
+
 class FailureWatch:
     """A daemon thread that ends this rank when a peer fails while this rank waits, and writes
     this rank's heartbeat (:func:`stalled_peers` names a peer that stopped answering).
@@ -491,11 +507,12 @@ class FailureWatch:
         failed = _key(_FAILED_KEY)  # this run's generation
         while not self._stop.wait(self.interval_s):
             try:
-                if time.monotonic() - last_beat >= HEARTBEAT_S:
-                    store.set(heartbeat, repr(time.time()))
-                    last_beat = time.monotonic()
-                if not store.check([failed]):
-                    continue
+                with _watch_busy:
+                    if time.monotonic() - last_beat >= HEARTBEAT_S:
+                        store.set(heartbeat, repr(time.time()))
+                        last_beat = time.monotonic()
+                    if not store.check([failed]):
+                        continue
             except Exception:  # noqa: BLE001 - no store, nothing to watch
                 return
             if self._stop.wait(self.grace_s) or _handling.is_set():

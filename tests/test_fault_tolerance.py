@@ -140,7 +140,8 @@ def test_a_stopped_rank_is_named_by_every_peer_and_the_restart_resumes(tmp_path,
     # resumes from server 0's step-2 snapshot, which server 1 receives (the disk: from scratch)
     ("replica_lost", 3, "shm/server0/epoch=0-step=2.ckpt", "shm/server1/epoch=0-step=2.ckpt"),
     # rank 2 killed after step 7 and no server keeps a snapshot: the disk checkpoint of step 4
-    ("replica_none", 7, "checkpoints/epoch=0-step=4.ckpt", "checkpoints/epoch=0-step=4.ckpt"),
+    # (a set due on an epoch's last step is taken once that epoch has ended: named by the next epoch)
+    ("replica_none", 7, "checkpoints/resume-epoch=1-step=4.ckpt", "checkpoints/resume-epoch=1-step=4.ckpt"),
 ])
 def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninterrupted, how, kill_step,
                                                               server0_resumes, server1_resumes):
@@ -152,7 +153,7 @@ def test_replica_snapshots_lose_one_step_and_fall_back_to_disk(tmp_path, uninter
     # memory holds one snapshot per server at the end (resumed-from ones and placeholders go)
     for server in ("server0", "server1"):
         if how == "replica_lost":
-            assert [p.name for p in (tmp_path / "shm" / server).glob("*.ckpt")] == ["epoch=1-step=8.ckpt"]
+            assert [p.name for p in (tmp_path / "shm" / server).glob("*.ckpt")] == ["epoch=2-step=8.ckpt"]
     assert_same_parameters(finals(tmp_path, "ddp"), uninterrupted["ddp"])
 
 

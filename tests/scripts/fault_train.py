@@ -266,8 +266,9 @@ if FAULT is not None and FAULT["kind"] == "write":  # a kill between writing a f
 
 pl.seed_everything(0)
 module, strategy, dm, settings = build()
-saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, monitor="val_loss",
-                            save_top_k=2)
+# granndis validates exactly over the whole graph and logs val_acc
+monitor = {"monitor": "val_acc", "mode": "max"} if family == "gnn" else {"monitor": "val_loss"}
+saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, save_top_k=2, **monitor)
 history = user_train.History()
 trainer = pl.Trainer(
     accelerator="cpu", devices=4, strategy=strategy, max_steps=STEPS, logger=False, enable_progress_bar=False,
