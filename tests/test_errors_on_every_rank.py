@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -43,3 +44,16 @@ def test_every_rank_names_the_rank_that_failed_and_its_exception(tmp_path, case,
             assert re.search(rf"rank {origin} of 4 failed (first )?with {cause}", text), (r, text[-3000:])
     # no hang: the run ends once the ranks have said why, not at the process group's timeout
     assert elapsed < 90, elapsed
+
+
+def test_a_failure_caught_on_every_rank_does_not_poison_the_next_fit(tmp_path):
+    """A sweep catches a configuration's failed fit on every rank; the next fit and a validate in
+    the same processes run to the end (before, the failure watch took the old error for a peer's
+    failure and stopped them)."""
+    from helpers import torchrun
+
+    torchrun("caught_failure.py", 4, str(tmp_path), "4", timeout=300)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["first"].startswith("caught: loss is nan")
+    assert result["second_steps"] == 6
+    assert result["validate"] == 1  # one validation loader, run to its end
