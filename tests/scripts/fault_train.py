@@ -276,8 +276,8 @@ pl.seed_everything(0)
 module, strategy, dm, settings = build()
 # granndis validates exactly over the whole graph and logs val_acc (its family runs without
 # validation for now: no best-k there)
-monitor = {} if family == "gnn" else {"monitor": "val_loss"}
-saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, save_top_k=2, **monitor)
+monitor = {} if family == "gnn" else {"monitor": "val_loss", "save_top_k": 2}
+saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, **monitor)
 history = user_train.History()
 trainer = pl.Trainer(
     accelerator="cpu", devices=4, strategy=strategy, max_steps=STEPS, logger=False, enable_progress_bar=False,
