@@ -448,16 +448,30 @@ def ignore_sigterm_while_failing() -> None:
 #: DataLoader worker forked while the watch was inside a store call would inherit its locks held
 #: and hang at its first step
 _watch_busy = threading.Lock()
+_held_for_fork = False
 
 
-def _reset_watch_lock_in_child() -> None:
-    global _watch_busy
-    _watch_busy = threading.Lock()
+def _before_fork() -> None:
+    global _held_for_fork
+    # bounded: a store call stuck on a dead host must not stop the process from forking
+    _held_for_fork = _watch_busy.acquire(timeout=5.0)
+
+
+def _after_fork_in_parent() -> None:
+    global _held_for_fork
+    if _held_for_fork:
+        _held_for_fork = False
+        _watch_busy.release()
+
+
+def _after_fork_in_child() -> None:
+    global _watch_busy, _held_for_fork
+    _watch_busy, _held_for_fork = threading.Lock(), False
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=lambda: _watch_busy.acquire(), after_in_parent=lambda: _watch_busy.release(),
-                        after_in_child=_reset_watch_lock_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 class FailureWatch:

@@ -40,7 +40,7 @@ def sweep(tmp_path, **settings) -> dict[str, list[str]]:
     # validation inside the epoch, cut short, without accumulation
     {"accumulate": 1, "steps": 30, "val_check_interval": 5, "limit_val_batches": 2, "num_workers": 2},
     # resume sets every epoch only
-    {"every_n_train_steps": None, "every_n_epochs": 1, "steps": 20},
+    {"every_n_train_steps": None, "every_n_epochs": 1, "steps": 26},
 ], ids=["workers", "no-workers", "persistent-workers", "val-inside-epoch", "every-epoch"])
 def test_resuming_from_every_set_ends_as_the_uninterrupted_run(tmp_path, settings):
     result = sweep(tmp_path, **settings)

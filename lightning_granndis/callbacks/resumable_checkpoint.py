@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_granndis.checkpoint_sets import SUFFIX, newest_complete
+from lightning_granndis.checkpoint_sets import newest_complete
 from lightning_granndis.strategies.loop_state import (
     restore_unsaved_trainer_state,
     settle_epoch_start,
@@ -134,10 +134,10 @@ class ResumableCheckpoint(ModelCheckpoint):
         n = self._every_n_train_steps
         if n < 1 or trainer.global_step % n != 0 or not self._may_save(trainer):
             return
-        epoch_loop = trainer.fit_loop.epoch_loop
-        epoch_ends = (epoch_loop._num_ready_batches_reached() or epoch_loop._is_training_done)
-        validates = self._validation_follows(trainer)
-        if epoch_ends or validates:
+        # (a run stopped by max_steps inside an epoch saves at once, mid-epoch: a longer run resumed
+        # from it goes on with that epoch's remaining batches)
+        epoch_ends = trainer.fit_loop.epoch_loop._num_ready_batches_reached()
+        if epoch_ends or self._validation_follows(trainer):
             self._pending = True  # taken once the validation (or the whole epoch end) is over
         else:
             self._save_resume_set(trainer)
@@ -145,8 +145,7 @@ class ResumableCheckpoint(ModelCheckpoint):
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        epoch_loop = trainer.fit_loop.epoch_loop
-        if self._pending and not (epoch_loop._num_ready_batches_reached() or epoch_loop._is_training_done):
+        if self._pending and not trainer.fit_loop.epoch_loop._num_ready_batches_reached():
             self._save_resume_set(trainer)  # a validation inside the epoch has ended
 
     @override
@@ -267,5 +266,3 @@ def _step_of(path: str) -> int:
     match = _STEP.search(Path(path).name)
     return int(match.group(1)) if match else -1
 
-
-__all__ = ["ResumableCheckpoint", "SUFFIX"]

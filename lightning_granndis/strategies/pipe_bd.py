@@ -20,7 +20,6 @@ from lightning_granndis.distill.profile import candidate_widths, feature_bytes_p
 from lightning_granndis.distill.runner import MODES, BlockwiseRunner
 from lightning_granndis.distill.schedule import DistillSchedule
 from lightning_granndis.link_model import LinkModel
-from lightning_granndis.strategies.resumable_loader import resumable
 from lightning_granndis.strategies.server_aware_ddp import ServerAwareDDPStrategy
 from lightning_granndis.strategies.stage_loader import StageLoader
 
@@ -218,10 +217,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             assert self.runner is not None
             return self.runner.loads_data(self.lightning_module.trainer.training)
 
-        if self.lightning_module.trainer.training:
-            epoch = self.lightning_module.trainer.fit_loop.epoch_progress.current.processed
-            dataloader = resumable(dataloader, epoch=epoch)
-        dataloader = self.keep_eval_loader(dataloader)
+        dataloader = self.resumable_loader(dataloader)
         self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 

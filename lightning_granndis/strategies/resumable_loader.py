@@ -4,18 +4,17 @@ has none, so Lightning replays the interrupted epoch from its start.
 
 :func:`resumable` turns a user's plain ``DataLoader`` into a :class:`ResumableDataLoader`, torchdata's
 ``StatefulDataLoader`` (it records how far the sampler got, worker and dataset state, and fast-forwards
-on resume) with two additions that make the continuation equal the uninterrupted run:
+on resume) with these additions, which make the continuation equal the uninterrupted run:
 
 * a resumed iterator draws no random number. Making an iterator draws its base seed from torch's
   generator; the uninterrupted run drew it at the epoch's start, before the checkpoint captured the
   generators, so a second draw would shift every dropout mask after the resume.
-* a state saved after the epoch's last batch starts the next epoch afresh (its sampler would
-  otherwise be fast-forwarded past the end and the next epoch would be empty), drawing the seed
-  the uninterrupted run's next iterator drew; with ``persistent_workers`` the uninterrupted run
-  kept its workers (no draw, no reseeding), so the resumed workers take back the generators they
-  ended the epoch with.
+* a state saved once the epoch's last batch was out resumes at the next epoch's start, which
+  draws the seed the uninterrupted run's next iterator drew (with ``persistent_workers``, none:
+  the workers go on with the generators they ended the epoch with).
 * with worker processes, each worker's generators (torch, NumPy, Python: what augmentation draws
   from, after the user's ``worker_init_fn``) are part of the saved state and restored with it.
+* torch's ``RandomSampler`` runs as torchdata's, whose permutation resumes.
 * the sampler's epoch is set before the resumed iterator reads it: a multi-worker iterator reads
   its first indices as it is made, before Lightning would set the epoch.
 """
@@ -87,6 +86,17 @@ class ResumableDataLoader(StatefulDataLoader):
             # is a new epoch, as torchdata makes it for a finished state (its sampler state kept)
             state_dict = {**state_dict, "_iterator_finished": True}
         super().load_state_dict(state_dict)
+
+    def started_state(self) -> dict[str, Any] | None:
+        """``state_dict()`` once iterated, else ``None``: asking a loader that never ran would
+        start its workers, drawing a seed the run would not have drawn."""
+        return self.state_dict() if self._iterator is not None else None
+
+    def load_state_between_epochs(self, state: dict[str, Any]) -> None:
+        """Loads ``state`` as of its epoch's end, wherever the iterator stood (an evaluation loader
+        begins every pass anew; the sanity check stops one short): the seed, sampler and workers'
+        generators carry over, the position does not."""
+        super().load_state_dict({**state, "_iterator_finished": True})
 
     def _get_iterator(self):
         if self.next_iter_state is None:

@@ -73,7 +73,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         self.topology: ServerTopology | None = None
         self.comm: comm.Communicator | None = None
         self._failure_watch: comm.FailureWatch | None = None
-        self._eval_loaders: list = []  # fit's validation loaders with persistent workers (see keep_eval_loader)
+        self._eval_loaders: list = []  # fit's validation loaders with persistent workers (see resumable_loader)
 
     @property
     def link_model(self) -> LinkModel:
@@ -258,9 +258,7 @@ class ServerAwareDDPStrategy(DDPStrategy):
         state of its evaluation loaders that keep worker processes (their seed and generators
         carry over from one validation to the next)."""
         return {"generators": random_state.capture(self.root_device),
-                # (a loader not iterated yet has no state: asking would start its workers, drawing a seed)
-                "eval_loaders": [loader.state_dict() if loader._iterator is not None else None
-                                 for loader in self._eval_loaders]}
+                "eval_loaders": [loader.started_state() for loader in self._eval_loaders]}
 
     def resume_rank_state(self, state: dict) -> None:
         """Holds ``state`` (from :meth:`rank_resume_state`) until the loaders are made."""
@@ -269,33 +267,29 @@ class ServerAwareDDPStrategy(DDPStrategy):
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
-        dataloader = super().process_dataloader(dataloader)
-        dataloader = self.keep_eval_loader(dataloader)
-        if self.lightning_module.trainer.training:
-            # its position is checkpointed (resume mid-epoch exactly); the sampler knows the epoch
-            # before the resumed iterator reads it
-            epoch = self.lightning_module.trainer.fit_loop.epoch_progress.current.processed
-            dataloader = resumable(dataloader, epoch=epoch)
+        dataloader = self.resumable_loader(super().process_dataloader(dataloader))
         self.restore_resumed_random_state()
         return dataloader
 
-    def keep_eval_loader(self, dataloader: object) -> object:
-        """A validation loader of ``fit`` with persistent workers, made resumable and remembered:
-        its workers' seed and generators go into each checkpoint, and a resumed run's loader takes
-        them back (the uninterrupted run kept its workers from one validation to the next)."""
-        trainer = self.lightning_module.trainer
+    def resumable_loader(self, dataloader: object) -> object:
+        """``fit``'s loaders as checkpointed loaders: the training loader (its position resumes
+        mid-epoch exactly; the sampler knows the epoch before the resumed iterator reads it) and a
+        validation loader with persistent workers (its workers' seed and generators carry over
+        from one validation to the next, so they go into each checkpoint and come back)."""
         from lightning.pytorch.trainer.states import TrainerFn
 
-        if (trainer.training or trainer.state.fn != TrainerFn.FITTING or not getattr(dataloader, "persistent_workers",
-                                                                                     False)
-                or not getattr(dataloader, "num_workers", 0)):
+        trainer = self.lightning_module.trainer
+        if trainer.training:
+            return resumable(dataloader, epoch=trainer.fit_loop.epoch_progress.current.processed)
+        keeps_workers = getattr(dataloader, "persistent_workers", False) and getattr(dataloader, "num_workers", 0)
+        if trainer.state.fn != TrainerFn.FITTING or not keeps_workers:
             return dataloader
         loader = resumable(dataloader)
         if isinstance(loader, ResumableDataLoader):
             pending = getattr(self, "_resumed_eval_states", None) or []
-            state = pending[len(self._eval_loaders)] if len(self._eval_loaders) < len(pending) else None
-            if state is not None:  # every validation begins anew (the sanity check's stopped short)
-                loader.load_state_dict({**state, "_iterator_finished": True})
+            index = len(self._eval_loaders)
+            if index < len(pending) and pending[index] is not None:
+                loader.load_state_between_epochs(pending[index])
             self._eval_loaders.append(loader)
         return loader
 

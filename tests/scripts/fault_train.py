@@ -122,7 +122,8 @@ class Faults(Callback):
 # processes and a worker_init_fn (its rows draw augmentation noise in the workers), validation every
 # epoch watched by a best-2 ResumableCheckpoint(monitor="val_loss").
 # 32 rows per rank, batches of 4, accumulating 2: an epoch is 4 steps.
-os.environ["USER_RUN"] = json.dumps({"steps": STEPS, "rows": 128, "batch": 4, "accumulate": 2, "num_workers": 2,
+# (the schedule's length is fixed: a test extends a 6-step run to the 8-step reference)
+os.environ["USER_RUN"] = json.dumps({"steps": STEPS, "schedule_steps": 100, "rows": 128, "batch": 4, "accumulate": 2, "num_workers": 2,
                                      "early_stopping": False})
 sys.path.insert(0, str(Path(__file__).parent))
 import user_train  # noqa: E402

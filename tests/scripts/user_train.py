@@ -36,6 +36,7 @@ from lightning_granndis.strategies import ServerAwareDDPStrategy
 
 SETTINGS = dict(
     steps=14,  # optimizer steps
+    schedule_steps=None,  # the OneCycle schedule's length (default steps + 1)
     devices=1, servers=1,
     rows=48, batch=4, accumulate=2,
     num_workers=2, persistent_workers=False,
@@ -95,7 +96,7 @@ class UserModel(pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=RUN["steps"] + 1)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=RUN["schedule_steps"] or RUN["steps"] + 1)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def loader(self, data, shuffle):
@@ -208,6 +209,10 @@ def sweep(out: Path) -> None:
     result = {}
     for record in sorted(saved.glob(f"{ResumableCheckpoint.resume_prefix}*{SUFFIX}")):
         checkpoint = record.with_name(record.name[: -len(SUFFIX)])
+        if read_set(checkpoint)[0].step >= RUN["steps"]:
+            # the last step's set resumes a finished run (Lightning then runs nothing, not even the
+            # rest of the last epoch's end); what it is for is a longer run
+            continue
         # the set, and the best-k sets it lists (as the folder held them when it was saved)
         state = torch.load(checkpoint, weights_only=True)
         listed = next(v for k, v in state["callbacks"].items() if k.startswith("ResumableCheckpoint"))
