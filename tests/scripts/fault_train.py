@@ -2,10 +2,10 @@
 checkpointing with ResumableCheckpoint and resuming with ``ckpt_path="last"``; faults are injected
 into its attempts.
 
-Every family validates every epoch (a best-2 ``ResumableCheckpoint(monitor="val_loss")`` beside
+Every family validates every epoch (a best-2 ``ResumableCheckpoint(monitor="val_loss")``, gnn: "val_acc", beside
 the resume sets) and keeps each validation's metrics (OUT/history.json). ddp: an MLP with BatchNorm
 and dropout, Adam + OneCycle per step, gradient accumulation 2, a shuffled loader with 2 worker
-processes whose rows draw augmentation noise (tests/scripts/user_train.py); gnn: OGB's GCN with
+processes whose rows draw augmentation noise (tests/scripts/user_train.py); gnn: a user's PyG GCN with
 BatchNorm and dropout under granndis CoB, a per-step schedule, accumulation 2; pipeline: GPT with
 dropout, warm-up + cosine per step, accumulation 2, shuffled tokens read by 2 workers, compressed
 backward with error feedback; pipe_bd: the toy distillation, shuffled, 2 workers.
@@ -162,38 +162,6 @@ class UserDDPModel(user_train.UserModel):
         return self.loader(WorkerData(user_train.RUN["rows"], 0), shuffle=True)
 
 
-class UserGCN(pl.LightningModule):
-    """OGB's arxiv GCN as a user writes it (GCNConv + BatchNorm1d + ReLU + dropout), with a validation
-    step and Adam under a per-step schedule."""
-
-    def __init__(self, in_channels, hidden, classes):
-        super().__init__()
-        from torch_geometric.nn import GCNConv
-
-        # no bias before the BatchNorm (it cancels it): its gradient is zero up to rounding, which
-        # Adam would turn into steps of lr
-        self.convs = torch.nn.ModuleList([GCNConv(in_channels, hidden, bias=False), GCNConv(hidden, classes)])
-        self.bn = torch.nn.BatchNorm1d(hidden)
-
-    def forward(self, x, edge_index):
-        x = torch.nn.functional.dropout(torch.relu(self.bn(self.convs[0](x, edge_index))), 0.3, self.training)
-        return self.convs[1](x, edge_index)
-
-    def training_step(self, batch, batch_idx):
-        logits = self(batch.x, batch.edge_index)
-        return torch.nn.functional.cross_entropy(logits[batch.train_mask], batch.y[batch.train_mask])
-
-    def validation_step(self, batch, batch_idx):
-        logits = self(batch.x, batch.edge_index)
-        loss = torch.nn.functional.cross_entropy(logits[batch.val_mask], batch.y[batch.val_mask])
-        self.log("val_loss", loss, sync_dist=True, batch_size=1)
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=STEPS + 1)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
-
 class Tokens(pl.LightningDataModule):
     """Random token sequences; shuffled training batches read by 2 worker processes."""
 
@@ -223,17 +191,12 @@ def build():
                 {**validation, "accumulate_grad_batches": 2})
     if family == "gnn":
         from lightning_granndis.datamodules import OGBNodeDataModule
-        from lightning_granndis.models import GNNNodeClassifier
         from lightning_granndis.strategies import ServerAwareGNNStrategy
         dm = OGBNodeDataModule("synthetic-tiny", root=str(out.parent / "data"))
-        # Cooperative Batching, 4 co-batches an epoch drawn afresh each epoch (its sampler resumes too)
-        # KNOWN GAP (issue 28 open): with validation every epoch (granndis' exact full-graph eval) a
-        # resumed CoB run ends off the uninterrupted one (up to 7e-4, with OGB's GCN + BatchNorm, a
-        # per-step schedule and accumulation, UserGCN, as with our GNNNodeClassifier); not yet
-        # traced. The family runs without validation, as before, until it is.
-        return (GNNNodeClassifier(32, 8, hidden=16, num_layers=2),
-                ServerAwareGNNStrategy(servers=2, mode="cob", iterations=4, link_model="10gbe"), dm,
-                {"limit_val_batches": 0})
+        # Cooperative Batching, 4 co-batches an epoch drawn afresh each epoch (its sampler resumes
+        # too); a user's PyG GCN, the strategy's exact validation (val_acc) every epoch
+        return (user_train.UserGCN(), ServerAwareGNNStrategy(servers=2, mode="cob", iterations=4, link_model="10gbe"),
+                dm, {**validation, "accumulate_grad_batches": 2})
     if family == "pipeline":
         from lightning_granndis.models import GPT
         from lightning_granndis.strategies import CompressedPipelineStrategy
@@ -275,9 +238,8 @@ if FAULT is not None and FAULT["kind"] == "write":  # a kill between writing a f
 
 pl.seed_everything(0)
 module, strategy, dm, settings = build()
-# granndis validates exactly over the whole graph and logs val_acc (its family runs without
-# validation for now: no best-k there)
-monitor = {} if family == "gnn" else {"monitor": "val_loss", "save_top_k": 2}
+# granndis validates exactly over the whole graph and logs val_acc
+monitor = {"monitor": "val_acc", "mode": "max", "save_top_k": 2} if family == "gnn" else {"monitor": "val_loss", "save_top_k": 2}
 saver = ResumableCheckpoint(dirpath=str(out / "checkpoints"), every_n_train_steps=EVERY, **monitor)
 history = user_train.History()
 trainer = pl.Trainer(

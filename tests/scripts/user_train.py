@@ -4,7 +4,11 @@ shuffled DataLoader with worker processes and a ``worker_init_fn``, a validation
 metrics a ``ResumableCheckpoint(monitor=...)`` and ``EarlyStopping`` watch, and
 ``ServerAwareDDPStrategy``, resumed with ``trainer.fit(..., ckpt_path="last")``.
 
-usage: user_train.py OUT [sweep]
+usage: user_train.py OUT [sweep]   (plain python, or under torchrun with ``devices`` ranks)
+
+``family`` "gnn" trains ``UserGCN`` (OGB's GCN as a user writes it, with PyG's GCNConv) under
+``ServerAwareGNNStrategy`` (Cooperative Batching on ``servers`` virtual servers) on the project's
+synthetic-tiny graph, its validation the strategy's exact full-graph one (``val_acc``).
 
 The run's settings come as JSON in ``USER_RUN`` (see ``SETTINGS``). Rank 0 writes OUT/final.pt (the
 parameters and buffers) and OUT/final.json (steps, epochs, every validation's metrics, the best-k
@@ -42,8 +46,10 @@ SETTINGS = dict(
     num_workers=2, persistent_workers=False,
     val_every_n_epochs=1, val_check_interval=None, limit_val_batches=None,
     every_n_train_steps=2, every_n_epochs=None, keep=2,
-    monitor="val_loss", save_top_k=2,
+    monitor="val_loss", mode="min", save_top_k=2,
     early_stopping=True,
+    family="mlp",  # or "gnn"
+    data_root=None,  # gnn: where the synthetic graph is generated (default OUT/data)
     timeout_s=None,
 )
 RUN = {**SETTINGS, **json.loads(os.environ.get("USER_RUN", "{}"))}
@@ -132,34 +138,81 @@ class History(Callback):
         self.rows = json.loads(state_dict["rows"])
 
 
+class UserGCN(pl.LightningModule):
+    """OGB's arxiv GCN as a user writes it (GCNConv + BatchNorm1d + ReLU + dropout), with a validation
+    step and Adam under a per-step schedule."""
+
+    def __init__(self, in_channels=32, hidden=16, classes=8):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        # no bias before the BatchNorm (it cancels it): its gradient is zero up to rounding, which
+        # Adam would turn into steps of lr
+        self.convs = torch.nn.ModuleList([GCNConv(in_channels, hidden, bias=False), GCNConv(hidden, classes)])
+        self.bn = torch.nn.BatchNorm1d(hidden)
+
+    def forward(self, x, edge_index):
+        x = torch.nn.functional.dropout(torch.relu(self.bn(self.convs[0](x, edge_index))), 0.3, self.training)
+        return self.convs[1](x, edge_index)
+
+    def training_step(self, batch, batch_idx):
+        logits = self(batch.x, batch.edge_index)
+        loss = torch.nn.functional.cross_entropy(logits[batch.train_mask], batch.y[batch.train_mask])
+        self.log("train_loss", loss, batch_size=1)
+        return loss
+
+    def validation_step(self, batch, batch_idx):  # (granndis' exact evaluation logs val_acc instead)
+        logits = self(batch.x, batch.edge_index)
+        loss = torch.nn.functional.cross_entropy(logits[batch.val_mask], batch.y[batch.val_mask])
+        self.log("val_loss", loss, sync_dist=True, batch_size=1)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.02, total_steps=RUN["schedule_steps"] or RUN["steps"] + 1)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def build(out: Path):
+    """(module, strategy, datamodule or None) of the run's family."""
+    timeout = {}
+    if RUN["timeout_s"]:
+        from datetime import timedelta
+        timeout["timeout"] = timedelta(seconds=RUN["timeout_s"])
+    if RUN["family"] == "gnn":
+        from lightning_granndis.datamodules import OGBNodeDataModule
+        from lightning_granndis.strategies import ServerAwareGNNStrategy
+
+        dm = OGBNodeDataModule("synthetic-tiny", root=RUN["data_root"] or str(out.parent / "data"))
+        strategy = ServerAwareGNNStrategy(servers=RUN["servers"], mode="cob", iterations=4, **timeout)
+        return UserGCN(), strategy, dm
+    return UserModel(), ServerAwareDDPStrategy(servers=RUN["servers"], **timeout), None
+
+
 def fit(out: Path, ckpt_path="last", every_n_train_steps=None, keep=None, extra_callbacks=(), checkpoints=None):
     """One run into ``out`` (checkpoints in ``checkpoints``, default ``out/checkpoints``); returns
     (trainer, module, saver)."""
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(0)
-    model = UserModel()
+    model, strategy, datamodule = build(out)
     if RUN["every_n_epochs"]:
         every_n_train_steps = None
     saver = ResumableCheckpoint(dirpath=str(checkpoints or out / "checkpoints"),
                                 every_n_train_steps=every_n_train_steps or RUN["every_n_train_steps"],
                                 every_n_epochs=RUN["every_n_epochs"], keep=keep or RUN["keep"],
-                                **({"monitor": RUN["monitor"], "save_top_k": RUN["save_top_k"]} if RUN["monitor"] else {}))
+                                **({"monitor": RUN["monitor"], "mode": RUN["mode"], "save_top_k": RUN["save_top_k"]}
+                                   if RUN["monitor"] else {}))
     callbacks = [saver, History(), *extra_callbacks]
     if RUN["early_stopping"]:
-        callbacks.append(EarlyStopping(monitor="val_loss", patience=1, min_delta=0.02))
-    strategy_kwargs = {}
-    if RUN["timeout_s"]:
-        from datetime import timedelta
-        strategy_kwargs["timeout"] = timedelta(seconds=RUN["timeout_s"])
+        callbacks.append(EarlyStopping(monitor=RUN["monitor"] or "val_loss", mode=RUN["mode"], patience=1,
+                                       min_delta=0.02))
     trainer = pl.Trainer(
-        accelerator="cpu", devices=RUN["devices"], strategy=ServerAwareDDPStrategy(servers=RUN["servers"],
-                                                                                   **strategy_kwargs),
+        accelerator="cpu", devices=RUN["devices"], strategy=strategy,
         max_steps=RUN["steps"], accumulate_grad_batches=RUN["accumulate"], logger=False,
         enable_progress_bar=False, enable_model_summary=False,
         check_val_every_n_epoch=RUN["val_every_n_epochs"], val_check_interval=RUN["val_check_interval"],
         limit_val_batches=RUN["limit_val_batches"], callbacks=callbacks,
     )
-    trainer.fit(model, ckpt_path=ckpt_path)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     return trainer, model, saver
 
 
@@ -200,12 +253,15 @@ def differences(reference: Path, resumed: Path) -> list[str]:
 
 
 def sweep(out: Path) -> None:
+    from lightning_granndis import comm
     from lightning_granndis.checkpoint_sets import SUFFIX, read_set
 
     reference, folder = out / "uninterrupted", out / "checkpoints"  # every run saves into one folder
     finish(reference, *fit(reference, ckpt_path=None, every_n_train_steps=1, keep=1000, checkpoints=folder))
     saved = out / "saved"
-    folder.rename(saved)
+    if RANK == 0:  # (under torchrun, rank 0 moves the files while the others wait)
+        folder.rename(saved)
+    comm.barrier()
     result = {}
     for record in sorted(saved.glob(f"{ResumableCheckpoint.resume_prefix}*{SUFFIX}")):
         checkpoint = record.with_name(record.name[: -len(SUFFIX)])
@@ -213,22 +269,24 @@ def sweep(out: Path) -> None:
             # the last step's set resumes a finished run (Lightning then runs nothing, not even the
             # rest of the last epoch's end); what it is for is a longer run
             continue
-        # the set, and the best-k sets it lists (as the folder held them when it was saved)
-        state = torch.load(checkpoint, weights_only=True)
-        listed = next(v for k, v in state["callbacks"].items() if k.startswith("ResumableCheckpoint"))
-        names = [checkpoint.name] + [Path(p).name for p in listed["best_k_models"]]
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        for name in names:
-            for f in [*read_set(saved / name)[0].files, saved / (name + SUFFIX)]:
-                shutil.copy2(f, folder / Path(f).name)
+        if RANK == 0:  # the set, and the best-k sets it lists (as the folder held them when it was saved)
+            state = torch.load(checkpoint, weights_only=True)
+            listed = next(v for k, v in state["callbacks"].items() if k.startswith("ResumableCheckpoint"))
+            names = [checkpoint.name] + [Path(p).name for p in listed["best_k_models"]]
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            for name in names:
+                for f in [*read_set(saved / name)[0].files, saved / (name + SUFFIX)]:
+                    shutil.copy2(f, folder / Path(f).name)
+        comm.barrier()
         run = out / f"from_{checkpoint.stem}"
         try:
             finish(run, *fit(run, every_n_train_steps=1, keep=1000, checkpoints=folder))
-            result[checkpoint.name] = differences(reference, run)
+            result[checkpoint.name] = differences(reference, run) if RANK == 0 else []
         except Exception as error:  # noqa: BLE001 - reported
             result[checkpoint.name] = [f"raised {type(error).__name__}: {str(error)[:300]}"]
-    print("RESULT " + json.dumps(result))
+    if RANK == 0:
+        print("RESULT " + json.dumps(result))
 
 
 if __name__ == "__main__":
@@ -237,7 +295,7 @@ if __name__ == "__main__":
         sweep(out)
     else:
         finish(out, *fit(out))
-        from lightning_granndis import comm
+    from lightning_granndis import comm
 
-        comm.barrier()
-        comm.destroy()
+    comm.barrier()
+    comm.destroy()
