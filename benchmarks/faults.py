@@ -1,10 +1,12 @@
 """Fault injection: at least 100 faults across the four strategy families, each run under
 ``torchrun --max-restarts`` and resumed by itself (``ResumableCheckpoint``, ``ckpt_path="last"``).
 
-Families (small models, 4 ranks = 2 virtual servers x 2 devices, gloo): ``ddp`` (server_aware_ddp,
-an MLP with dropout on shuffled data), ``gnn`` (granndis CoB, co-batches drawn every epoch),
-``pipeline`` (compressed_pipeline, 2 stages x 2 replicas, compressed backward with error
-feedback), ``pipe_bd``. Every launch injects one fault per attempt (a plan drawn from a seed), so
+Families (small models, 4 ranks = 2 virtual servers x 2 devices, gloo), each a user's script that
+validates every epoch under a best-2 monitor: ``ddp`` (server_aware_ddp, an MLP with BatchNorm and
+dropout, Adam + OneCycle per step, accumulation 2, a shuffled loader with 2 workers), ``gnn``
+(granndis CoB, a user's PyG GCN with BatchNorm and dropout, co-batches drawn every epoch),
+``pipeline`` (compressed_pipeline, GPT with dropout, 2 stages x 2 replicas, compressed backward
+with error feedback, 2 loader workers), ``pipe_bd`` (shuffled, 2 workers). Every launch injects one fault per attempt (a plan drawn from a seed), so
 one launch of ``n`` faults restarts ``n`` times; ``tests/scripts/fault_train.py`` is the worker.
 
 Fault kinds: ``kill`` (SIGKILL of a random rank at a random step), ``write`` (rank 0 killed
@@ -17,8 +19,9 @@ DataLoader worker's next read: a kill during prefetch).
 
 Per family and kind: faults injected, runs completed, steps lost (mean, max), recovery seconds
 (the kill to the first step of the next attempt; includes torchrun's restart and the job's set-up),
-final parameters equal to the uninterrupted run's, and for replica recovery the steps the disk
-checkpoint alone would have lost. Disk checkpoints every 4 steps (every 8 with snapshots).
+final parameters and validation history equal to the uninterrupted run's, for replica recovery the
+steps the disk checkpoint alone would have lost, and for hangs the peers that named the stopped
+rank and how long after the stop the last of them did. Disk checkpoints every 4 steps (every 8 with snapshots).
 
     python benchmarks/faults.py [--seed 0]
 
@@ -48,6 +51,7 @@ from _results import save_results  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "tests" / "scripts" / "fault_train.py"
 STEPS, EVERY, EVERY_WITH_SNAPSHOTS = 40, 4, 8
+HANG_TIMEOUT_S = 8  # the ddp family's collective timeout when its plan stops a rank (fault_train.py)
 
 
 def free_port() -> int:
@@ -82,11 +86,11 @@ def plans(rng: random.Random) -> list[dict]:
                 plan.append({"kind": "corrupt", "step": step, "rank": rng.randrange(4)})
         launches.append({"family": family, "name": "write_corrupt", "snapshots": False, "plan": plan})
         # kills during a validation, and (families with loader workers) inside a worker's prefetch
-        if family != "gnn":  # (the gnn worker has no validation for now, and no loader workers)
-            kinds = ["val", "prefetch"] * 3
-            launches.append({"family": family, "name": "val_prefetch", "snapshots": False, "plan": [
-                {"kind": k, "step": s, "rank": rng.randrange(4)}
-                for k, s in zip(kinds, increasing_steps(rng, len(kinds), gap=(2, 5)))]})
+        # (the gnn family has no DataLoader workers: its co-batches come from the strategy's sampler)
+        kinds = ["val", "prefetch"] * 3 if family != "gnn" else ["val"] * 6
+        launches.append({"family": family, "name": "val_prefetch", "snapshots": False, "plan": [
+            {"kind": k, "step": s, "rank": rng.randrange(4)}
+            for k, s in zip(kinds, increasing_steps(rng, len(kinds), gap=(2, 5)))]})
         if family != "pipeline":  # a pipeline's servers hold no whole replica (ReplicaSnapshot refuses it)
             kinds = ["replica", "replica_lost"] * 4 if family == "ddp" else ["replica"] * 8
             launches.append({"family": family, "name": "replica", "snapshots": True, "plan": [
@@ -149,10 +153,16 @@ def faults_of(launch: dict, result: dict) -> list[dict]:
         row = {"kind": fault["kind"], "step": fault["step"], "injected": hit is not None,
                "recovered": hit is not None and nxt is not None}
         if row["recovered"]:
-            row["steps_lost"] = hit["step"] - nxt["resumed_step"]  # (a val/prefetch fault lands after its step)
+            row["steps_lost"] = hit["step"] - nxt["resumed_step"]  # (hit: the steps done when the rank died)
             row["recovery_s"] = nxt["time"] - hit["time"]
             row["resumed_from"] = nxt["resumed_from"]
             row["corrupted_load"] = attempt in corrupted and nxt["resumed_from"] == corrupted[attempt]
+            if fault["kind"] == "stop":  # each live peer names the stopped rank, this long after the stop
+                failed = [e for e in result["events"] if e["event"] == "failed" and e["attempt"] == attempt
+                          and e["rank"] != fault["rank"]]
+                named = [e for e in failed if f"rank {fault['rank']} of 4 stopped answering" in e["message"]]
+                row["named_by_peers"] = len(named)
+                row["named_within_s"] = max((e["time"] for e in named), default=float("nan")) - hit["time"]
             if fault["kind"].startswith("replica"):  # what the disk checkpoint alone would have lost
                 row["steps_lost_checkpoint_only"] = fault["step"] - (fault["step"] // EVERY_WITH_SNAPSHOTS) * \
                     EVERY_WITH_SNAPSHOTS
@@ -163,9 +173,16 @@ def faults_of(launch: dict, result: dict) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="*", default=None, metavar="FAMILY/NAME",
+                        help="a quick check: only these launches (each family's uninterrupted one too); "
+                             "the report then goes to a temporary folder, not benchmarks/results")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     launches = plans(rng)
+    if args.only:
+        keep = set(args.only)
+        launches = [x for x in launches if f"{x['family']}/{x['name']}" in keep or
+                    (x["name"] == "uninterrupted" and any(k.split("/")[0] == x["family"] for k in keep))]
     total = sum(len(launch["plan"]) for launch in launches)
     print(f"faults: {total} in {len(launches)} launches", flush=True)
     references, rows = {}, []
@@ -191,7 +208,7 @@ def main() -> None:
                   f"{result['seconds']:.0f}s", flush=True)
             if result["rc"]:
                 print(result["stderr_tail"], flush=True)
-    report(rows, args.seed)
+    report(rows, args.seed, Path(tempfile.mkdtemp(prefix="faults_check_")) if args.only else None)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -210,13 +227,17 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def report(rows: list[dict], seed: int) -> None:
+def report(rows: list[dict], seed: int, folder: Path | None = None) -> None:
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["family"], row["kind"]), []).append(row)
     table = {f"{f}/{k}": summary(g) for (f, k), g in sorted(groups.items())}
     replica = [r for r in rows if r["kind"].startswith("replica")]
     checkpoint = [r for r in rows if not r["kind"].startswith("replica")]
+    stops = [r for r in rows if r["kind"] == "stop" and r.get("recovered")]
+    hangs = {"stopped": len(stops), "named_by_all_3_peers": sum(r.get("named_by_peers") == 3 for r in stops),
+             "named_within_s_max": max((r["named_within_s"] for r in stops), default=None),
+             "target_s": HANG_TIMEOUT_S + 10}
     survived = sum(r["recovered"] and r["run_completed"] and bool(r["final_equal"]) and bool(r["history_equal"])
                    for r in rows)
     data = {
@@ -225,6 +246,7 @@ def report(rows: list[dict], seed: int) -> None:
         "corrupted_loads": sum(bool(r.get("corrupted_load")) for r in rows),
         "max_steps_lost_checkpoint": max((r["steps_lost"] for r in checkpoint if r.get("recovered")), default=None),
         "max_steps_lost_replica": max((r["steps_lost"] for r in replica if r.get("recovered")), default=None),
+        "hangs": hangs,
         "by_family_and_kind": table,
         "faults": rows,
         "meta": {"seed": seed, "steps": STEPS, "checkpoint_every": EVERY,
@@ -240,6 +262,10 @@ def report(rows: list[dict], seed: int) -> None:
              "| family / kind | injected | recovered | runs completed | final = uninterrupted | validations = uninterrupted "
              "| steps lost mean | max | disk-only would lose (mean / max) | recovery s mean | max | corrupted loads |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    if stops:
+        lines[4:4] = [f"Hangs: {hangs['named_by_all_3_peers']} of {hangs['stopped']} stopped ranks named by all 3 "
+                      f"live peers, the last of them {hangs['named_within_s_max']:.1f} s after the stop (target: "
+                      f"within the {HANG_TIMEOUT_S} s collective timeout + 10 s).", ""]
     for key, s in table.items():
         only = (f"{s['checkpoint_only_steps_lost_mean']:.1f} / {s['checkpoint_only_steps_lost_max']}"
                 if "checkpoint_only_steps_lost_mean" in s else "")
@@ -274,7 +300,7 @@ def report(rows: list[dict], seed: int) -> None:
         fig.savefig(path, dpi=120)
         plt.close(fig)
 
-    save_results("faults", data, "\n".join(lines), plot)
+    save_results("faults", data, "\n".join(lines), plot, folder)
 
 
 if __name__ == "__main__":

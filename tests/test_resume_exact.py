@@ -55,8 +55,8 @@ def test_a_user_gcn_under_granndis_resumes_from_every_set_as_the_uninterrupted_r
     """PyG's GCNConv + BatchNorm + dropout, a per-step schedule, accumulation 2, Cooperative
     Batching on 2 servers x 2 ranks with co-batches drawn afresh every epoch, the strategy's exact
     validation every epoch watched by a best-2 ``ResumableCheckpoint(monitor="val_acc")`` and
-    EarlyStopping. (Building the evaluation shards draws from the generators: a resumed run put its
-    generators back before that draw and ended up to 0.07 off.)"""
+    EarlyStopping. (Reading the evaluation graph drew an iterator seed from the global generator
+    after a resumed run had put its generators back: it ended up to 0.07 off.)"""
     result = sweep(tmp_path, ranks=4, family="gnn", devices=4, servers=2, steps=6, accumulate=2,
                    monitor="val_acc", mode="max")
     assert len(result) >= 4

@@ -295,7 +295,9 @@ class ServerAwareGNNStrategy(ServerAwareDDPStrategy):
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
-        return self._rank_batches(dataloader)
+        batches = self._rank_batches(dataloader)
+        self.restore_resumed_random_state()
+        return batches
 
     def _rank_batches(self, dataloader: object) -> object:
         """This rank's batches of the loader's graph (its shard's parts, or its sampler)."""

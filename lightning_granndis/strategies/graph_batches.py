@@ -15,7 +15,11 @@ def graph_from_loader(dataloader: object):
     :class:`~lightning_granndis.graph.store.GraphStoreHandle` of a partitioned one."""
     from torch_geometric.data import Data
 
-    data = next(iter(dataloader))
+    # without a draw from the global generator (a DataLoader's iterator draws its seed): reading
+    # the graph is set-up, and the evaluation loader is read after the training loader's iterator
+    # is made, where a resumed run has its generators back already
+    with torch.random.fork_rng(devices=[]):
+        data = next(iter(dataloader))
     if isinstance(data, (list, tuple)) and len(data) == 1:
         data = data[0]
     if isinstance(data, GraphStoreHandle):

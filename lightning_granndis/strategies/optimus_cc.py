@@ -299,7 +299,7 @@ class CompressedPipelineStrategy(ServerAwareDDPStrategy):
 
     def _rank_state(self) -> dict:
         """What differs per replica: compression residuals, the generators and the evaluation
-        loaders' workers (restored as training starts, as ``server_aware_ddp`` does)."""
+        loaders' workers (restored once the loaders are made, as ``server_aware_ddp`` does)."""
         state: dict = {"rng": self.rank_resume_state()}
         if self.runtime is not None and self.runtime.compressor is not None:
             state["backward"] = self.runtime.compressor.state_dict()

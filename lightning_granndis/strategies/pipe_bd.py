@@ -218,6 +218,7 @@ class PipeBDStrategy(ServerAwareDDPStrategy):
             return self.runner.loads_data(self.lightning_module.trainer.training)
 
         dataloader = self.resumable_loader(dataloader)
+        self.restore_resumed_random_state()
         return StageLoader(dataloader, loads)
 
     # ------------------------------------------------------------------ step

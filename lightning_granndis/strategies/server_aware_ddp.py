@@ -96,7 +96,6 @@ class ServerAwareDDPStrategy(DDPStrategy):
     def on_train_start(self) -> None:
         super().on_train_start()
         comm.ignore_sigterm_while_failing()  # the trainer's handlers are registered by now
-        self.restore_resumed_random_state()
 
     @override
     def on_validation_start(self) -> None:
@@ -262,13 +261,15 @@ class ServerAwareDDPStrategy(DDPStrategy):
                 "eval_loaders": [loader.started_state() for loader in self._eval_loaders]}
 
     def resume_rank_state(self, state: dict) -> None:
-        """Holds ``state`` (from :meth:`rank_resume_state`) until training starts."""
+        """Holds ``state`` (from :meth:`rank_resume_state`) until the loaders are made."""
         self._resumed_random_state = state.get("generators", state)  # (older checkpoints: generators alone)
         self._resumed_eval_states = list(state.get("eval_loaders", []))
 
     @override
     def process_dataloader(self, dataloader: object) -> object:
-        return self.resumable_loader(super().process_dataloader(dataloader))
+        dataloader = self.resumable_loader(super().process_dataloader(dataloader))
+        self.restore_resumed_random_state()
+        return dataloader
 
     def resumable_loader(self, dataloader: object) -> object:
         """``fit``'s loaders as checkpointed loaders: the training loader (its position resumes
@@ -293,14 +294,13 @@ class ServerAwareDDPStrategy(DDPStrategy):
         return loader
 
     def restore_resumed_random_state(self) -> None:
-        """Puts back this rank's generators from the checkpoint being resumed as training starts:
-        after every set-up step (the loaders, granndis' training and evaluation shards, pipeline
-        plans, the callbacks' ``on_train_start``), which may draw random numbers the uninterrupted
-        run drew before its checkpoint, and before Lightning makes the epoch's iterator (which
-        draws a seed) and runs ``on_train_epoch_start``: the point where the uninterrupted run
-        stood when it saved."""
+        """Puts back this rank's generators from the checkpoint being resumed, once the training
+        loader is ready and before Lightning makes its iterator (which draws a seed): the point
+        where the uninterrupted run stood when it saved. Set-up after loading (plans, partitions)
+        may draw random numbers the uninterrupted run drew before its checkpoint."""
         state = getattr(self, "_resumed_random_state", None)
-        if state is not None:
+        module = self.lightning_module
+        if state is not None and module is not None and module.trainer is not None and module.trainer.training:
             random_state.restore(state, self.root_device)
             self._resumed_random_state = None
 

@@ -99,15 +99,16 @@ class Faults(Callback):
         if not self.started and rank == 0:
             record(event="first_step", resumed_step=self.resumed_step, resumed_from=str(trainer.ckpt_path))
         self.started = True
+        if KillFlag.path().exists():  # a prefetch fault pending: the worker that reads next kills us
+            KillFlag.set(trainer.global_step)
         if FAULT is None or rank != FAULT["rank"] or trainer.global_step != FAULT["step"] or FAULT["kind"] == "val":
             return
         if FAULT["kind"] == "corrupt":  # the newest committed resume set's file, truncated, then a kill
             newest = max((out / "checkpoints").glob("resume-*.ckpt"), key=lambda p: p.stat().st_mtime)
             newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
             record(event="corrupted", path=str(newest))
-        if FAULT["kind"] == "prefetch":  # the rank's next worker read kills it
-            record(event="fault", kind="prefetch", step=trainer.global_step)
-            KillFlag.path().touch()
+        if FAULT["kind"] == "prefetch":  # the rank's next worker read kills it (and records the fault)
+            KillFlag.set(trainer.global_step)
         elif FAULT["kind"] != "write":
             die(trainer.global_step)
 
@@ -138,9 +139,21 @@ class KillFlag:
         return out / f"kill_in_worker.{rank}"
 
     @staticmethod
+    def set(step: int) -> None:
+        """Raised (or kept raised) at ``step``: the steps the rank has done when a worker reads it."""
+        tmp = KillFlag.path().with_suffix(".tmp")
+        tmp.write_text(str(step))
+        os.replace(tmp, KillFlag.path())
+
+    @staticmethod
     def check() -> None:
         if KillFlag.path().exists():
+            try:
+                step = int(KillFlag.path().read_text())
+            except (OSError, ValueError):
+                return  # (lowered meanwhile)
             KillFlag.path().unlink(missing_ok=True)
+            record(event="fault", kind="prefetch", step=step)  # the steps done when the rank dies
             os.kill(os.getppid(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -247,7 +260,11 @@ trainer = pl.Trainer(
     enable_model_summary=False, callbacks=[saver, history, Faults()]
     + ([ReplicaSnapshot(dirpath=str(SNAPSHOTS))] if SNAPSHOT else []), **settings,
 )
-trainer.fit(module, datamodule=dm, ckpt_path="last")
+try:
+    trainer.fit(module, datamodule=dm, ckpt_path="last")
+except BaseException as error:  # what this rank said when it failed (a hang's peers name the rank)
+    record(event="failed", message="\n".join([str(error)[:2000], *getattr(error, "__notes__", [])]))
+    raise
 state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 if family == "pipeline":
     torch.save(state, out / f"final.{rank}.pt")
