@@ -41,7 +41,8 @@ def sweep(tmp_path, ranks: int = 1, **settings) -> dict[str, list[str]]:
     # persistent workers, in training and in validation (their generators carry over)
     {"num_workers": 2, "persistent_workers": True},
     # validation inside the epoch, cut short, without accumulation
-    {"accumulate": 1, "steps": 30, "val_check_interval": 5, "limit_val_batches": 2, "num_workers": 2},
+    # (12 steps an epoch: validations after steps 5, 10, 12 and 17)
+    {"accumulate": 1, "steps": 18, "val_check_interval": 5, "limit_val_batches": 2, "num_workers": 2},
     # resume sets every epoch only
     {"every_n_train_steps": None, "every_n_epochs": 1, "steps": 26},
 ], ids=["workers", "no-workers", "persistent-workers", "val-inside-epoch", "every-epoch"])

@@ -249,15 +249,14 @@ class ResumableCheckpoint(ModelCheckpoint):
 
     @override
     def _find_last_checkpoints(self, trainer: pl.Trainer) -> set[str]:
+        # resume sets only: a best-k set is taken where Lightning takes it (before the epoch's end
+        # is over), a point a run does not resume from exactly (resumed from one, a run ended 0.01 off)
         found, skipped = newest_complete(self.dirpath, checksum=self.checksum, prefix=self.resume_prefix)
-        if found is None and self.resume_prefix:  # no resume set: a best-k set resumes too
-            found, more = newest_complete(self.dirpath, checksum=self.checksum)
-            skipped += more
         for checkpoint, reason in skipped:
             rank_zero_warn(f"ResumableCheckpoint: not resuming from {checkpoint}: {reason}")
         if found is None:
-            rank_zero_info(f"ResumableCheckpoint: no complete checkpoint in {self.dirpath} yet; starting from the "
-                           "beginning.")
+            rank_zero_info(f"ResumableCheckpoint: no complete resume set in {self.dirpath} yet; starting from the "
+                           "beginning (best-k sets are not resumed: pass one as ckpt_path to resume from it).")
         self.resume_candidates = {str(found.checkpoint)} if found is not None else set()
         return self.resume_candidates
 
